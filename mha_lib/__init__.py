@@ -1,0 +1,42 @@
+"""mha_lib: the helper library of the multi-head attention series.
+
+Each piece is derived in a notebook first and then lives here:
+- `attention`: softmax, scaled dot-product attention, unweighted
+  self-attention, causal and padding masks (notebook 01);
+- `multihead`: multi-head attention, per-head loop and vectorised (notebook 03);
+- `plot`: the attention heatmaps used by every notebook (import it explicitly);
+- `exercises`: checkers for the notebooks' exercises;
+- `pytorch`: the PyTorch module (notebook 04; imports torch, so import it explicitly);
+- `bench`: `python -m mha_lib.bench numpy|torch`.
+
+`import mha_lib` imports numpy only, so the numpy notebooks start quickly.
+Masks are boolean everywhere in the numpy core, and True means "may attend".
+"""
+
+from .attention import (
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+    self_attention,
+    softmax,
+)
+from .multihead import (
+    merge_heads,
+    multi_head_attention,
+    multi_head_attention_loop,
+    split_heads,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "causal_mask",
+    "merge_heads",
+    "multi_head_attention",
+    "multi_head_attention_loop",
+    "padding_mask",
+    "scaled_dot_product_attention",
+    "self_attention",
+    "softmax",
+    "split_heads",
+]

@@ -1,0 +1,3 @@
+"""Checkers for notebook 02."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Checkers for notebook 03."""
+
+__all__: list[str] = []

@@ -1,0 +1,180 @@
+"""Multi-head attention in numpy: the per-head loop and the vectorised version.
+
+Derived in notebook 03. Notation (the same in every notebook):
+- X (N, C) or (B, N, C): N tokens with C features each;
+- W_q, W_k (C, h*d_k), W_v (C, h*d_v): the h per-head projections
+  W_Q^h, W_K^h, W_V^h side by side, head i owning columns i*d_k:(i+1)*d_k;
+- W_o (h*d_v, C): the output projection applied to the concatenated heads.
+
+`multi_head_attention_loop` is the textbook version (split the weights, one
+head at a time, concatenate). `multi_head_attention` computes the same thing
+for all heads at once and works through blocks of query rows with one reused
+scratch buffer, so its memory stays flat as N grows (see notebook 03).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._checks import as_float_array, check_mask, check_ndim, check_num_heads
+from .attention import scaled_dot_product_attention
+
+# Budget for the (B, h, rows, N) score block of the vectorised version.
+SCRATCH_BYTES = 16 * 2**20
+
+
+def _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask):
+    """Validate and convert the arguments shared by both implementations.
+
+    Returns (X, W_q, W_k, W_v, W_o, mask, batched) with X always (B, N, C).
+    """
+    X = as_float_array(X, "X")
+    check_ndim(X, "X", (2, 3), "(N, C) or (B, N, C)")
+    batched = X.ndim == 3
+    C = X.shape[-1]
+    Ws = []
+    for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
+        W = as_float_array(W, name)
+        what = "d_v" if name == "W_v" else "d_k"
+        if W.ndim != 2 or W.shape[0] != C:
+            raise ValueError(
+                f"{name} has shape {W.shape}; expected (C, h*{what}) with C = {C} from X"
+            )
+        check_num_heads(num_heads, W.shape[1], name, what)
+        Ws.append(W)
+    W_q, W_k, W_v = Ws
+    if W_k.shape != W_q.shape:
+        raise ValueError(
+            f"W_k has shape {W_k.shape}; expected {W_q.shape}, the shape of W_q "
+            "(queries and keys share d_k)"
+        )
+    W_o = as_float_array(W_o, "W_o")
+    if W_o.ndim != 2 or W_o.shape[0] != W_v.shape[1]:
+        raise ValueError(
+            f"W_o has shape {W_o.shape}; expected (h*d_v, C) with h*d_v = {W_v.shape[1]} from W_v"
+        )
+    dtype = np.result_type(X, W_q, W_k, W_v, W_o)
+    X, W_q, W_k, W_v, W_o = (a.astype(dtype, copy=False) for a in (X, W_q, W_k, W_v, W_o))
+    if not batched:
+        X = X[None]  # (1, N, C)
+    B, N, _ = X.shape
+    if mask is not None:
+        target = (B, num_heads, N, N) if batched else (num_heads, N, N)
+        expected = "(B, h, N, N)" if batched else "(h, N, N)"
+        mask = check_mask(mask, target, expected)
+    return X, W_q, W_k, W_v, W_o, mask, batched
+
+
+def split_heads(Y: np.ndarray, num_heads: int) -> np.ndarray:
+    """(B, N, h*d) -> (B, h, N, d): head i takes columns i*d:(i+1)*d.
+
+    The transpose matters: reshaping (B, N, h*d) straight to (B, h, N, d)
+    would mix tokens from different positions into one head (notebook 03).
+    """
+    B, N, hd = Y.shape
+    Y = Y.reshape(B, N, num_heads, hd // num_heads)  # (B, N, h, d)
+    return np.ascontiguousarray(Y.transpose(0, 2, 1, 3))  # (B, h, N, d)
+
+
+def merge_heads(Y: np.ndarray) -> np.ndarray:
+    """(B, h, N, d) -> (B, N, h*d): the concatenation of the heads along features."""
+    B, h, N, d = Y.shape
+    return Y.transpose(0, 2, 1, 3).reshape(B, N, h * d)  # (B, N, h*d)
+
+
+def _attend_blocked(q, k, v, mask, weights_out=None):
+    """softmax(q kᵀ/√d_k) v for all heads at once, one block of query rows at a time.
+
+    q (B, h, N, d_k), k (B, h, M, d_k), v (B, h, M, d_v); mask broadcasts to
+    (B, h, N, M) or is None. The scores of a block live in one scratch buffer
+    that is reused for every block (or in `weights_out` (B, h, N, M), which
+    then receives the attention weights). Returns (B, h, N, d_v).
+    """
+    B, h, N, d_k = q.shape
+    M = k.shape[2]
+    kT = np.ascontiguousarray(np.swapaxes(k, -1, -2))  # (B, h, d_k, M)
+    q = q * q.dtype.type(1.0 / math.sqrt(d_k))  # scale the smaller operand once
+    out = np.empty(q.shape[:3] + (v.shape[-1],), dtype=q.dtype)  # (B, h, N, d_v)
+    if weights_out is None:
+        rows = max(1, min(N, SCRATCH_BYTES // (B * h * M * q.itemsize)))
+        scratch = np.empty((B, h, rows, M), dtype=q.dtype)
+    else:
+        rows = N
+    for start in range(0, N, rows):
+        stop = min(N, start + rows)
+        if weights_out is None:
+            s = scratch[:, :, : stop - start]  # (B, h, r, M)
+        else:
+            s = weights_out[:, :, start:stop]  # (B, h, r, M)
+        np.matmul(q[:, :, start:stop], kT, out=s)  # raw scores
+        if mask is not None:
+            m = np.broadcast_to(mask, (B, h, N, M))[:, :, start:stop]
+            np.copyto(s, -np.inf, where=~m)
+        _softmax_inplace(s)
+        np.matmul(s, v, out=out[:, :, start:stop])  # (B, h, r, d_v)
+    return out
+
+
+def _softmax_inplace(s: np.ndarray) -> None:
+    """Row softmax of `s` over its last axis, written into `s` (rows of -inf become 0)."""
+    m = s.max(axis=-1, keepdims=True)
+    m[~np.isfinite(m)] = 0
+    np.subtract(s, m, out=s)
+    np.exp(s, out=s)
+    total = s.sum(axis=-1, keepdims=True)
+    total[total == 0] = 1
+    np.divide(s, total, out=s)
+
+
+def multi_head_attention(X, W_q, W_k, W_v, W_o, num_heads, mask=None, return_weights=False):
+    """Multi-head self-attention, all heads at once.
+
+    X (N, C) or (B, N, C); W_q, W_k (C, h*d_k); W_v (C, h*d_v); W_o (h*d_v, C).
+    mask: boolean, True = may attend, broadcastable to (B, h, N, N) (or
+    (h, N, N) for unbatched X); a row with nothing to attend to outputs zeros.
+    Returns the output, shaped like X, and with return_weights=True also the
+    per-head weights (..., h, N, N).
+    """
+    X, W_q, W_k, W_v, W_o, mask, batched = _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask)
+    B, N, _ = X.shape
+    q = split_heads(X @ W_q, num_heads)  # (B, h, N, d_k)
+    k = split_heads(X @ W_k, num_heads)  # (B, h, N, d_k)
+    v = split_heads(X @ W_v, num_heads)  # (B, h, N, d_v)
+    weights = np.empty((B, num_heads, N, N), dtype=X.dtype) if return_weights else None
+    heads = _attend_blocked(q, k, v, mask, weights_out=weights)  # (B, h, N, d_v)
+    out = merge_heads(heads) @ W_o  # (B, N, C)
+    if not batched:
+        out = out[0]
+        weights = None if weights is None else weights[0]
+    return (out, weights) if return_weights else out
+
+
+def multi_head_attention_loop(X, W_q, W_k, W_v, W_o, num_heads, mask=None, return_weights=False):
+    """Multi-head self-attention, one head at a time (the textbook version).
+
+    Same arguments and result as `multi_head_attention`: split each weight
+    matrix into h column blocks, run scaled dot-product attention per head,
+    concatenate the h outputs along features and multiply by W_o.
+    """
+    X, W_q, W_k, W_v, W_o, mask, batched = _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask)
+    heads, weights = [], []
+    for W_qh, W_kh, W_vh, i in zip(
+        np.split(W_q, num_heads, axis=-1),  # each (C, d_k)
+        np.split(W_k, num_heads, axis=-1),  # each (C, d_k)
+        np.split(W_v, num_heads, axis=-1),  # each (C, d_v)
+        range(num_heads),
+    ):
+        mask_h = None
+        if mask is not None:
+            full = np.broadcast_to(mask, (X.shape[0], num_heads) + mask.shape[-2:])
+            mask_h = full[:, i]  # (B, N, N) or broadcastable to it
+        out_h, w_h = scaled_dot_product_attention(X @ W_qh, X @ W_kh, X @ W_vh, mask_h)
+        heads.append(out_h)  # (B, N, d_v)
+        weights.append(w_h)  # (B, N, N)
+    out = np.concatenate(heads, axis=-1) @ W_o  # (B, N, h*d_v) @ (h*d_v, C) -> (B, N, C)
+    w = np.stack(weights, axis=1)  # (B, h, N, N)
+    if not batched:
+        out, w = out[0], w[0]
+    return (out, w) if return_weights else out
