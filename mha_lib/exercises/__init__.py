@@ -7,6 +7,8 @@ axis, ...) and returns True or False. It never raises, so a notebook whose
 exercise is still `...` runs to the end. Solutions live in `solutions/`.
 """
 
+from .nb00 import *  # noqa: F403
+from .nb00 import __all__ as _nb00
 from .nb01 import *  # noqa: F403
 from .nb01 import __all__ as _nb01
 from .nb02 import *  # noqa: F403
@@ -14,4 +16,4 @@ from .nb02 import __all__ as _nb02
 from .nb03 import *  # noqa: F403
 from .nb03 import __all__ as _nb03
 
-__all__ = [*_nb01, *_nb02, *_nb03]
+__all__ = [*_nb00, *_nb01, *_nb02, *_nb03]

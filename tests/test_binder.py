@@ -1,0 +1,60 @@
+"""Binder: pins agree with requirements.txt, and repo2docker accepts the folder."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pins(path: Path) -> dict[str, str]:
+    """{package: version} for every `name==version` line; a local label (+cpu) is dropped."""
+    found = {}
+    for line in path.read_text().splitlines():
+        m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s#;+]+)", line)
+        if m:
+            found[m.group(1).lower()] = m.group(2)
+    return found
+
+
+def test_binder_pins_agree_with_requirements():
+    base, binder = pins(ROOT / "requirements.txt"), pins(ROOT / "binder" / "requirements.txt")
+    for name in ("numpy", "matplotlib", "jupyterlab", "torch"):
+        assert name in binder, f"binder/requirements.txt does not pin {name}"
+    for name, version in binder.items():
+        assert base.get(name) == version, (
+            f"{name}: binder pins {version}, requirements.txt {base.get(name)}"
+        )
+
+
+def test_binder_takes_the_cpu_build_of_torch():
+    text = (ROOT / "binder" / "requirements.txt").read_text()
+    assert re.search(r"^torch==[\d.]+\+cpu$", text, re.M)
+    assert re.search(r"^--extra-index-url \S+/whl/cpu$", text, re.M)
+
+
+def test_binder_runtime_and_postbuild():
+    assert (ROOT / "binder" / "runtime.txt").read_text().strip() == "python-3.11"
+    post = ROOT / "binder" / "postBuild"
+    assert "pip install" in post.read_text() and "-e ." in post.read_text()
+
+
+def test_repo2docker_accepts_the_folder():
+    exe = shutil.which("jupyter-repo2docker", path=str(Path(sys.executable).parent))
+    if exe is None:
+        pytest.skip("jupyter-repo2docker is not installed")
+    result = subprocess.run(
+        [exe, "--no-build", "--no-run", "--debug", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-2000:]
+    assert "python=3.11" in log  # runtime.txt was read
+    assert 'pip install --no-cache-dir -r "binder/requirements.txt"' in log
+    assert "./binder/postBuild" in log

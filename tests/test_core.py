@@ -1,0 +1,309 @@
+"""Unit and property tests of the numpy core (`mha_lib.attention`, `mha_lib.multihead`)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mha_lib
+from mha_lib import (
+    causal_mask,
+    multi_head_attention,
+    multi_head_attention_loop,
+    padding_mask,
+    scaled_dot_product_attention,
+    self_attention,
+    softmax,
+)
+
+settings.register_profile("series", max_examples=60, deadline=None)
+settings.load_profile("series")
+
+
+def weights(rng, C, h, d_k, d_v, dtype=np.float64):
+    """Random W_q, W_k (C, h*d_k), W_v (C, h*d_v), W_o (h*d_v, C)."""
+    return (
+        rng.standard_normal((C, h * d_k)).astype(dtype),
+        rng.standard_normal((C, h * d_k)).astype(dtype),
+        rng.standard_normal((C, h * d_v)).astype(dtype),
+        rng.standard_normal((h * d_v, C)).astype(dtype),
+    )
+
+
+def naive_attention(q, k, v):
+    """The formula, written out with no tricks: softmax(q kᵀ / √d_k) v."""
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ v
+
+
+# --- softmax ---------------------------------------------------------------------------
+
+
+def test_softmax_known_values():
+    p = softmax(np.array([0.0, np.log(3.0)]))
+    np.testing.assert_allclose(p, [0.25, 0.75])
+
+
+@given(
+    st.integers(1, 6),
+    st.integers(1, 8),
+    st.floats(-50, 50),
+    st.integers(0, 2**32 - 1),
+)
+def test_softmax_rows_sum_to_one_and_shift_invariant(rows, cols, shift, seed):
+    x = np.random.default_rng(seed).normal(scale=10, size=(rows, cols))
+    p = softmax(x)
+    np.testing.assert_allclose(p.sum(axis=-1), 1.0, rtol=1e-12)
+    assert np.all(p >= 0)
+    np.testing.assert_allclose(softmax(x + shift), p, atol=1e-12)
+
+
+def test_softmax_float32_large_logits_do_not_overflow():
+    x = np.array([[1e4, 0.0, -1e4], [1e4, 1e4, 1e4]], dtype=np.float32)
+    with np.errstate(over="raise", invalid="raise"):
+        p = softmax(x)
+    assert p.dtype == np.float32
+    np.testing.assert_allclose(p, [[1, 0, 0], [1 / 3, 1 / 3, 1 / 3]], rtol=1e-6)
+
+
+def test_softmax_other_axis():
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(softmax(x, axis=0), softmax(x.T).T)
+
+
+def test_softmax_fully_masked_row_is_zero_not_nan():
+    p = softmax(np.array([[-np.inf, -np.inf], [0.0, -np.inf]]))
+    np.testing.assert_array_equal(p, [[0.0, 0.0], [1.0, 0.0]])
+
+
+# --- scaled dot-product attention ------------------------------------------------------------
+
+
+def test_sdpa_matches_formula_and_shapes():
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(2, 5, 4)), rng.normal(size=(2, 7, 4)), rng.normal(size=(2, 7, 3))
+    out, w = scaled_dot_product_attention(q, k, v)
+    assert out.shape == (2, 5, 3) and w.shape == (2, 5, 7)
+    np.testing.assert_allclose(out, naive_attention(q, k, v), atol=1e-12)
+    np.testing.assert_allclose(w.sum(-1), 1.0)
+
+
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_masked_positions_get_zero_weight(N, M, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v = rng.normal(size=(N, 3)), rng.normal(size=(M, 3)), rng.normal(size=(M, 2))
+    mask = rng.random((N, M)) < 0.5
+    out, w = scaled_dot_product_attention(q, k, v, mask)
+    assert np.all(w[~mask] == 0)
+    has_key = mask.any(-1)
+    np.testing.assert_allclose(w[has_key].sum(-1), 1.0)
+    # the documented rule for a row with nothing to attend to: zero weights, zero output
+    assert np.all(w[~has_key] == 0) and np.all(out[~has_key] == 0)
+    assert not np.isnan(out).any()
+
+
+def test_masked_keys_do_not_change_the_output():
+    """Blocking a key is the same as deleting it."""
+    rng = np.random.default_rng(1)
+    q, k, v = rng.normal(size=(4, 3)), rng.normal(size=(6, 3)), rng.normal(size=(6, 2))
+    mask = np.array([True, True, False, True, False, True])
+    out, _ = scaled_dot_product_attention(q, k, v, mask)  # (6,) broadcasts to (4, 6)
+    np.testing.assert_allclose(out, naive_attention(q, k[mask], v[mask]), atol=1e-12)
+
+
+def test_float32_in_float32_out_and_float64_works():
+    rng = np.random.default_rng(2)
+    x32 = rng.normal(size=(5, 8)).astype(np.float32)
+    out, w = scaled_dot_product_attention(x32, x32, x32)
+    assert out.dtype == np.float32 and w.dtype == np.float32
+    out64, _ = scaled_dot_product_attention(x32.astype(np.float64), x32, x32)
+    assert out64.dtype == np.float64
+    np.testing.assert_allclose(out, out64, rtol=1e-5, atol=1e-6)
+    assert self_attention(x32)[0].dtype == np.float32
+    Ws = weights(rng, 8, 2, 4, 4, np.float32)
+    assert multi_head_attention(x32, *Ws, 2).dtype == np.float32
+    assert multi_head_attention_loop(x32, *Ws, 2).dtype == np.float32
+
+
+def test_float32_large_inputs_stay_finite():
+    x = np.full((4, 16), 100.0, dtype=np.float32)
+    x[0] = -100.0
+    out, w = self_attention(x)  # scores of ±1e4 after scaling
+    assert np.isfinite(out).all() and np.isfinite(w).all()
+
+
+def test_integer_input_is_promoted_to_float():
+    out, _ = self_attention([[1, 0], [0, 1]])
+    assert out.dtype == np.float64
+
+
+# --- self-attention ----------------------------------------------------------------------
+
+
+def test_self_attention_is_the_unweighted_formula():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(6, 5))
+    out, w = self_attention(X)
+    np.testing.assert_allclose(out, naive_attention(X, X, X), atol=1e-12)
+    assert w.shape == (6, 6)
+    np.testing.assert_allclose(w.sum(-1), 1.0)
+
+
+@given(st.integers(2, 8), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_self_attention_is_permutation_equivariant(N, C, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N, C))
+    perm = rng.permutation(N)
+    out, w = self_attention(X)
+    out_p, w_p = self_attention(X[perm])
+    np.testing.assert_allclose(out_p, out[perm], atol=1e-10)
+    np.testing.assert_allclose(w_p, w[np.ix_(perm, perm)], atol=1e-12)
+
+
+@given(st.integers(2, 8), st.integers(1, 8), st.integers(0, 2**32 - 1))
+def test_raw_self_attention_score_bound(N, C, seed):
+    """S_ij <= max(S_ii, S_jj) for S = X Xᵀ (the statement notebook 01 proves)."""
+    X = np.random.default_rng(seed).normal(scale=3, size=(N, C))
+    S = X @ X.T
+    d = np.diag(S)
+    assert np.all(S <= np.maximum(d[:, None], d[None, :]) + 1e-9)
+
+
+# --- multi-head ------------------------------------------------------------------------
+
+
+@given(
+    st.integers(1, 3),
+    st.integers(1, 9),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(0, 2**32 - 1),
+)
+def test_loop_equals_vectorised(B, N, h, d_k, d_v, seed):
+    rng = np.random.default_rng(seed)
+    C = 5
+    X = rng.normal(size=(B, N, C))
+    Ws = weights(rng, C, h, d_k, d_v)
+    mask = rng.random((B, 1, N, N)) < 0.7
+    a, wa = multi_head_attention(X, *Ws, h, mask=mask, return_weights=True)
+    b, wb = multi_head_attention_loop(X, *Ws, h, mask=mask, return_weights=True)
+    assert a.shape == (B, N, C) and wa.shape == (B, h, N, N)
+    np.testing.assert_allclose(a, b, atol=1e-10)
+    np.testing.assert_allclose(wa, wb, atol=1e-12)
+
+
+def test_vectorised_blocks_agree_with_one_block(monkeypatch):
+    """Working through blocks of query rows gives the same result as one big block."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(2, 37, 6))
+    Ws = weights(rng, 6, 3, 2, 2)
+    mask = causal_mask(37)
+    whole = multi_head_attention(X, *Ws, 3, mask=mask)
+    monkeypatch.setattr(mha_lib.multihead, "SCRATCH_BYTES", 2 * 3 * 37 * 8 * 5)  # 5 rows
+    np.testing.assert_allclose(multi_head_attention(X, *Ws, 3, mask=mask), whole, atol=1e-12)
+
+
+@given(st.integers(1, 7), st.integers(1, 5), st.integers(0, 2**32 - 1))
+def test_one_head_is_single_head_attention(N, d, seed):
+    rng = np.random.default_rng(seed)
+    C = 4
+    X = rng.normal(size=(N, C))
+    W_q, W_k, W_v, W_o = weights(rng, C, 1, d, d)
+    expected = naive_attention(X @ W_q, X @ W_k, X @ W_v) @ W_o
+    np.testing.assert_allclose(multi_head_attention(X, W_q, W_k, W_v, W_o, 1), expected, atol=1e-9)
+
+
+def test_multi_head_is_equivariant_to_token_order():
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(7, 8))
+    Ws = weights(rng, 8, 4, 2, 3)
+    perm = rng.permutation(7)
+    np.testing.assert_allclose(
+        multi_head_attention(X[perm], *Ws, 4), multi_head_attention(X, *Ws, 4)[perm], atol=1e-10
+    )
+
+
+def test_textbook_example_shapes():
+    """X (2, 3), W_q, W_k, W_v (3, 6), W_o (6, 3), two heads: the classic toy example."""
+    rng = np.random.default_rng(42)
+    X = rng.random((2, 3))
+    W_q, W_k, W_v, W_o = (
+        rng.random((3, 6)),
+        rng.random((3, 6)),
+        rng.random((3, 6)),
+        rng.random((6, 3)),
+    )
+    out = multi_head_attention(X, W_q, W_k, W_v, W_o, 2)
+    assert out.shape == (2, 3)
+    heads = [
+        naive_attention(X @ q, X @ k, X @ v)
+        for q, k, v in zip(np.split(W_q, 2, 1), np.split(W_k, 2, 1), np.split(W_v, 2, 1))
+    ]
+    np.testing.assert_allclose(out, np.concatenate(heads, 1) @ W_o, atol=1e-12)
+
+
+def test_causal_mask_blocks_the_future():
+    m = causal_mask(4)
+    assert m.dtype == bool and m.shape == (4, 4)
+    np.testing.assert_array_equal(m, np.tril(np.ones((4, 4), bool)))
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(5, 4))
+    Ws = weights(rng, 4, 2, 2, 2)
+    _, w = multi_head_attention(X, *Ws, 2, mask=causal_mask(5), return_weights=True)
+    assert np.all(np.triu(w, k=1) == 0)
+    # changing the last token does not change the outputs of earlier tokens
+    X2 = X.copy()
+    X2[-1] += 10
+    a = multi_head_attention(X, *Ws, 2, mask=causal_mask(5))
+    b = multi_head_attention(X2, *Ws, 2, mask=causal_mask(5))
+    np.testing.assert_allclose(a[:-1], b[:-1], atol=1e-12)
+
+
+def test_padding_mask_and_fully_masked_sequence():
+    m = padding_mask([3, 0], 4)
+    assert m.shape == (2, 1, 1, 4)
+    np.testing.assert_array_equal(m[:, 0, 0], [[1, 1, 1, 0], [0, 0, 0, 0]])
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(2, 4, 6))
+    Ws = weights(rng, 6, 3, 2, 2)
+    out, w = multi_head_attention(X, *Ws, 3, mask=m, return_weights=True)
+    assert np.all(w[0, :, :, 3] == 0)
+    assert np.all(out[1] == 0) and np.all(w[1] == 0)  # nothing to attend to: zeros, not NaN
+    # padding keys do not influence real tokens
+    X2 = X.copy()
+    X2[0, 3] = 99.0
+    out2 = multi_head_attention(X2, *Ws, 3, mask=m)
+    np.testing.assert_allclose(out2[0, :3], out[0, :3], atol=1e-12)
+
+
+def test_against_torch_multihead_attention():
+    """An independent reference: torch.nn.MultiheadAttention with the same weights, bias off."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    C, h, N, B = 16, 4, 9, 3
+    ref = torch.nn.MultiheadAttention(C, h, bias=False, batch_first=True)
+    X = torch.randn(B, N, C)
+    causal = torch.triu(torch.ones(N, N, dtype=torch.bool), 1)  # torch: True = may NOT attend
+    with torch.no_grad():
+        expected, w_ref = ref(X, X, X, attn_mask=causal, average_attn_weights=False)
+    W_q, W_k, W_v = (w.T.numpy() for w in ref.in_proj_weight.detach().chunk(3))  # (C, h*d_k)
+    W_o = ref.out_proj.weight.detach().T.numpy()  # (h*d_v, C)
+    out, w = multi_head_attention(
+        X.numpy(), W_q, W_k, W_v, W_o, h, mask=causal_mask(N), return_weights=True
+    )
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, expected.numpy(), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(w, w_ref.numpy(), atol=1e-5)
+
+
+def test_import_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, mha_lib, mha_lib.exercises; print('torch' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.strip() == "False"
