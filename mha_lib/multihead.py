@@ -172,9 +172,10 @@ def multi_head_attention_loop(X, W_q, W_k, W_v, W_o, num_heads, mask=None, retur
             mask_h = full[:, i]  # (B, N, N) or broadcastable to it
         out_h, w_h = scaled_dot_product_attention(X @ W_qh, X @ W_kh, X @ W_vh, mask_h)
         heads.append(out_h)  # (B, N, d_v)
-        weights.append(w_h)  # (B, N, N)
+        if return_weights:
+            weights.append(w_h)  # (B, N, N); dropped at once otherwise
     out = np.concatenate(heads, axis=-1) @ W_o  # (B, N, h*d_v) @ (h*d_v, C) -> (B, N, C)
+    if not return_weights:
+        return out if batched else out[0]
     w = np.stack(weights, axis=1)  # (B, h, N, N)
-    if not batched:
-        out, w = out[0], w[0]
-    return (out, w) if return_weights else out
+    return (out, w) if batched else (out[0], w[0])

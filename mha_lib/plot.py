@@ -96,7 +96,11 @@ def plot_heads(W, tokens=None, titles=None, suptitle=None, ncols=4, vmin=0.0, vm
     nrows = -(-h // ncols)
     side = 1.0 + 0.35 * max(W.shape[-1], 4)
     fig, axes = plt.subplots(
-        nrows, ncols, figsize=(side * ncols + 1.0, side * nrows), squeeze=False
+        nrows,
+        ncols,
+        figsize=(side * ncols + 1.0, side * nrows),
+        squeeze=False,
+        layout="constrained",
     )
     for i, ax in enumerate(axes.flat):
         if i >= h:
@@ -107,7 +111,7 @@ def plot_heads(W, tokens=None, titles=None, suptitle=None, ncols=4, vmin=0.0, vm
         if i % ncols:
             ax.set_ylabel("")
             ax.set_yticklabels([])
-    fig.colorbar(im, ax=list(axes.flat), fraction=0.02, pad=0.02)
+    fig.colorbar(im, ax=list(axes.flat), fraction=0.02, pad=0.01)
     if suptitle:
         fig.suptitle(suptitle)
     return fig
