@@ -1,0 +1,237 @@
+"""The checkers of notebook 03 accept the reference and name the usual mistakes."""
+
+import math
+
+import numpy as np
+import pytest
+
+from mha_lib import merge_heads, multi_head_attention, softmax, split_heads
+from mha_lib.exercises import check_merge_heads, check_multi_head_attention, check_split_heads
+
+
+def verdict(checker, fn, capsys):
+    """Run a checker; return (passed, the one line it printed)."""
+    passed = checker(fn)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1, lines
+    return passed, lines[0]
+
+
+def not_implemented(*args):
+    return None  # your code here
+
+
+def raises(*args):
+    raise RuntimeError("boom")
+
+
+# ---------------------------------------------------------------------------- split_heads
+
+
+def split_right(Y, num_heads):
+    B, N, hd = Y.shape
+    return Y.reshape(B, N, num_heads, hd // num_heads).transpose(0, 2, 1, 3)
+
+
+def split_no_transpose(Y, num_heads):
+    B, N, hd = Y.shape
+    return Y.reshape(B, num_heads, N, hd // num_heads)
+
+
+def split_wrong_order(Y, num_heads):
+    B, N, hd = Y.shape
+    return Y.reshape(B, N, num_heads, hd // num_heads)  # (B, N, h, d)
+
+
+def split_interleaved(Y, num_heads):
+    return np.stack([Y[..., i::num_heads] for i in range(num_heads)], axis=1)
+
+
+def split_transpose_first(Y, num_heads):
+    B, N, hd = Y.shape
+    return Y.transpose(0, 2, 1).reshape(B, num_heads, N, hd // num_heads)
+
+
+def split_last_axes_swapped(Y, num_heads):
+    return split_right(Y, num_heads).transpose(0, 1, 3, 2)
+
+
+@pytest.mark.parametrize("fn", [split_right, split_heads])
+def test_split_heads_accepts_reference(fn, capsys):
+    passed, line = verdict(check_split_heads, fn, capsys)
+    assert passed and line == "✓ split_heads: correct"
+
+
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (split_no_transpose, "reshape without transpose"),
+        (split_wrong_order, "(B, N, h, d)"),
+        (split_interleaved, "interleaved"),
+        (split_transpose_first, "transposes before reshaping"),
+        (split_last_axes_swapped, "last two axes are swapped"),
+        (not_implemented, "not implemented yet"),
+        (raises, "RuntimeError: boom"),
+    ],
+)
+def test_split_heads_names_the_mistake(fn, words, capsys):
+    passed, line = verdict(check_split_heads, fn, capsys)
+    assert not passed
+    assert line.startswith("✗ split_heads: ") and words in line, line
+
+
+# ---------------------------------------------------------------------------- merge_heads
+
+
+def merge_right(Y):
+    B, h, N, d = Y.shape
+    return Y.transpose(0, 2, 1, 3).reshape(B, N, h * d)
+
+
+def merge_no_transpose(Y):
+    B, h, N, d = Y.shape
+    return Y.reshape(B, N, h * d)
+
+
+def merge_interleaved(Y):
+    B, h, N, d = Y.shape
+    return Y.transpose(0, 2, 3, 1).reshape(B, N, h * d)
+
+
+def merge_no_reshape(Y):
+    return Y.transpose(0, 2, 1, 3)
+
+
+def merge_summed(Y):
+    return Y.sum(axis=1)
+
+
+@pytest.mark.parametrize("fn", [merge_right, merge_heads])
+def test_merge_heads_accepts_reference(fn, capsys):
+    passed, line = verdict(check_merge_heads, fn, capsys)
+    assert passed and line == "✓ merge_heads: correct"
+
+
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (merge_no_transpose, "reshape without transpose"),
+        (merge_interleaved, "interleaved"),
+        (merge_no_reshape, "reshape to (B, N, h*d)"),
+        (merge_summed, "sums or averages the heads"),
+        (not_implemented, "not implemented yet"),
+    ],
+)
+def test_merge_heads_names_the_mistake(fn, words, capsys):
+    passed, line = verdict(check_merge_heads, fn, capsys)
+    assert not passed
+    assert line.startswith("✗ merge_heads: ") and words in line, line
+
+
+# ---------------------------------------------------------------------------- multi-head attention
+
+
+def mha_right(X, W_q, W_k, W_v, W_o, num_heads):
+    """The per-head loop a learner would write."""
+    heads = []
+    for W_q_i, W_k_i, W_v_i in zip(
+        np.split(W_q, num_heads, axis=1),
+        np.split(W_k, num_heads, axis=1),
+        np.split(W_v, num_heads, axis=1),
+    ):
+        q, k, v = X @ W_q_i, X @ W_k_i, X @ W_v_i
+        heads.append(softmax(q @ k.T / math.sqrt(q.shape[1])) @ v)
+    return np.concatenate(heads, axis=1) @ W_o
+
+
+def mha_with(
+    scale=None,
+    split="right",
+    combine="concat",
+    softmax_axis=-1,
+    swap_qk=False,
+    merge="right",
+    shared_weights=False,
+):
+    """A learner's vectorised multi-head attention with one mistake switched on."""
+
+    def fn(X, W_q, W_k, W_v, W_o, num_heads):
+        N, h = X.shape[0], num_heads
+        if swap_qk:
+            W_q, W_k = W_k, W_q
+
+        def heads_of(Y):  # (N, h*d) -> (h, N, d)
+            d = Y.shape[1] // h
+            if split == "no transpose":
+                return Y.reshape(h, N, d)
+            if split == "interleaved":
+                return np.stack([Y[:, i::h] for i in range(h)])
+            return Y.reshape(N, h, d).transpose(1, 0, 2)
+
+        q, k, v = heads_of(X @ W_q), heads_of(X @ W_k), heads_of(X @ W_v)
+        d_k = q.shape[-1]
+        s = q @ k.transpose(0, 2, 1) / (math.sqrt(d_k) if scale is None else scale(h, d_k))
+        A = softmax(s, axis=softmax_axis)  # (h, N, N)
+        if shared_weights:
+            A = A.mean(axis=0)  # one pattern for all heads
+        heads = A @ v  # (h, N, d_v)
+        if combine == "per head":
+            return heads
+        if combine == "sum":
+            return heads.sum(axis=0)
+        if merge == "no transpose":
+            concat = heads.reshape(N, -1)
+        else:
+            concat = heads.transpose(1, 0, 2).reshape(N, -1)  # (N, h*d_v)
+        if combine == "no W_o":
+            return concat
+        if combine == "mean":
+            W_o_blocks = np.split(W_o, h, axis=0)
+            return sum(heads[i] @ W_o_blocks[i] for i in range(h)) / h
+        return concat @ W_o
+
+    return fn
+
+
+def mha_two_heads_only(X, W_q, W_k, W_v, W_o, num_heads):
+    return mha_right(X, W_q, W_k, W_v, W_o, 2)
+
+
+@pytest.mark.parametrize("fn", [mha_right, mha_with(), multi_head_attention])
+def test_multi_head_attention_accepts_reference(fn, capsys):
+    passed, line = verdict(check_multi_head_attention, fn, capsys)
+    assert passed and line == "✓ multi_head_attention: correct"
+
+
+@pytest.mark.parametrize(
+    "fn, words",
+    [
+        (mha_with(combine="no W_o"), "W_o is missing"),
+        (mha_with(combine="per head"), "one output per head"),
+        (mha_with(combine="sum"), "summed or averaged"),
+        (mha_with(combine="mean"), "averages the heads"),
+        (mha_with(shared_weights=True), "averages the attention weights"),
+        (mha_with(scale=lambda h, d_k: math.sqrt(h * d_k)), "√(h·d_k)"),
+        (mha_with(scale=lambda h, d_k: 1.0), "does not divide the scores by √d_k"),
+        (mha_with(split="no transpose"), "reshape without transpose"),
+        (mha_with(split="interleaved"), "interleaved"),
+        (mha_with(merge="no transpose"), "merges the heads with a reshape without transpose"),
+        (mha_with(swap_qk=True), "scores are transposed"),
+        (mha_with(softmax_axis=-2), "wrong axis"),
+        (mha_two_heads_only, "do not hard-code the number of heads"),
+        (not_implemented, "not implemented yet"),
+        (raises, "RuntimeError: boom"),
+    ],
+)
+def test_multi_head_attention_names_the_mistake(fn, words, capsys):
+    passed, line = verdict(check_multi_head_attention, fn, capsys)
+    assert not passed
+    assert line.startswith("✗ multi_head_attention: ") and words in line, line
+
+
+def test_checkers_are_exported():
+    import mha_lib.exercises as ex
+    import mha_lib.exercises.nb03 as nb03
+
+    for name in ("check_split_heads", "check_merge_heads", "check_multi_head_attention"):
+        assert name in nb03.__all__ and name in ex.__all__
