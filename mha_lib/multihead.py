@@ -68,14 +68,14 @@ def _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask):
 
 
 def split_heads(Y: np.ndarray, num_heads: int) -> np.ndarray:
-    """(B, N, h*d) -> (B, h, N, d): head i takes columns i*d:(i+1)*d.
+    """(B, N, h*d) -> (B, h, N, d), a view: head i takes columns i*d:(i+1)*d.
 
     The transpose matters: reshaping (B, N, h*d) straight to (B, h, N, d)
     would mix tokens from different positions into one head (notebook 03).
     """
     B, N, hd = Y.shape
     Y = Y.reshape(B, N, num_heads, hd // num_heads)  # (B, N, h, d)
-    return np.ascontiguousarray(Y.transpose(0, 2, 1, 3))  # (B, h, N, d)
+    return Y.transpose(0, 2, 1, 3)  # (B, h, N, d); rows of one head are h*d apart
 
 
 def merge_heads(Y: np.ndarray) -> np.ndarray:
@@ -94,8 +94,8 @@ def _attend_blocked(q, k, v, mask, weights_out=None):
     """
     B, h, N, d_k = q.shape
     M = k.shape[2]
-    kT = np.ascontiguousarray(np.swapaxes(k, -1, -2))  # (B, h, d_k, M)
-    q = q * q.dtype.type(1.0 / math.sqrt(d_k))  # scale the smaller operand once
+    kT = np.swapaxes(k, -1, -2)  # (B, h, d_k, M), a view: BLAS reads it transposed
+    q = q * q.dtype.type(1.0 / math.sqrt(d_k))  # scaled once, and now contiguous
     out = np.empty(q.shape[:3] + (v.shape[-1],), dtype=q.dtype)  # (B, h, N, d_v)
     if weights_out is None:
         rows = max(1, min(N, SCRATCH_BYTES // (B * h * M * q.itemsize)))
@@ -112,20 +112,25 @@ def _attend_blocked(q, k, v, mask, weights_out=None):
         if mask is not None:
             m = np.broadcast_to(mask, (B, h, N, M))[:, :, start:stop]
             np.copyto(s, -np.inf, where=~m)
-        _softmax_inplace(s)
+        _softmax_inplace(s, masked=mask is not None)
         np.matmul(s, v, out=out[:, :, start:stop])  # (B, h, r, d_v)
     return out
 
 
-def _softmax_inplace(s: np.ndarray) -> None:
-    """Row softmax of `s` over its last axis, written into `s` (rows of -inf become 0)."""
-    m = s.max(axis=-1, keepdims=True)
-    m[~np.isfinite(m)] = 0
+def _softmax_inplace(s: np.ndarray, masked: bool = True) -> None:
+    """Row softmax of `s` over its last axis, written into `s`.
+
+    With masked=True, rows that are entirely -inf (nothing to attend to) become 0.
+    """
+    m = s.max(axis=-1, keepdims=True)  # (..., 1)
+    if masked:
+        m[~np.isfinite(m)] = 0
     np.subtract(s, m, out=s)
     np.exp(s, out=s)
-    total = s.sum(axis=-1, keepdims=True)
-    total[total == 0] = 1
-    np.divide(s, total, out=s)
+    total = s.sum(axis=-1, keepdims=True)  # (..., 1)
+    if masked:
+        total[total == 0] = 1
+    np.multiply(s, 1 / total, out=s)  # one division per row, not per entry
 
 
 def multi_head_attention(X, W_q, W_k, W_v, W_o, num_heads, mask=None, return_weights=False):
