@@ -168,9 +168,7 @@ def memory_child(variant: str, mode: str, N: int, B: int, E: int, h: int, device
     train = mode == "forward_backward"
     mod.train(train), ref.train(train)
 
-    def one_pass(n: int) -> None:
-        x = torch.randn(B, n, E, device=device, requires_grad=train)
-        fn = forward_fns(mod, ref, x)[variant]
+    def run_pass(fn) -> None:
         if train:
             fn().sum().backward()
         else:
@@ -178,20 +176,18 @@ def memory_child(variant: str, mode: str, N: int, B: int, E: int, h: int, device
                 fn()
         synchronize(device)
 
-    one_pass(64)  # warm up kernels and thread pools
-    x = torch.randn(B, N, E, device=device, requires_grad=train)
-    fn = forward_fns(mod, ref, x)[variant]
+    def make_fn(n: int):
+        x = torch.randn(B, n, E, device=device, requires_grad=train)
+        return forward_fns(mod, ref, x)[variant]
+
+    run_pass(make_fn(64))  # warm up kernels and thread pools
+    fn = make_fn(N)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
     else:
         before = _reset_peak_rss()
-    if train:
-        fn().sum().backward()
-    else:
-        with torch.inference_mode():
-            fn()
-    synchronize(device)
+    run_pass(fn)
     if device.type == "cuda":
         growth = torch.cuda.max_memory_allocated(device) - before
     else:
