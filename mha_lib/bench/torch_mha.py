@@ -11,7 +11,7 @@ E = 512, h = 8 heads, float32, the same weights):
 
 Speed: forward in eval mode under `torch.inference_mode()`, and forward +
 backward in training mode (dropout 0); variants timed in interleaved rounds,
-medians (see `mha_lib.bench.interleaved_medians`), synchronising the GPU
+medians (see `mha_lib.bench.timing.interleaved_medians`), synchronising the GPU
 around each call. The fraction of the machine's float32 GEMM throughput is the
 model FLOPs of a pass (8·B·N·E² + 4·B·N²·E forward, 3× that forward +
 backward) divided by the time, over the FLOP rate of a 2048×2048×2048 float32
@@ -43,8 +43,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .bench import interleaved_medians
-from .pytorch import MultiHeadAttention, pick_device
+from ..pytorch import MultiHeadAttention, pick_device
+from .timing import interleaved_medians
 
 VARIANTS = ("naive", "module", "nn.MHA")
 GEMM_SIZE = 2048  # the reference GEMM: (2048, 2048) @ (2048, 2048)
@@ -234,7 +234,7 @@ def _ru_maxrss_bytes() -> int:
 def bench_memory(sizes, B, E, h, device, modes=("forward", "forward_backward")) -> list[dict]:
     """Peak memory growth of each variant and mode, each in a fresh subprocess."""
     env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     # glibc: return every large freed block to the system at once, so that the
     # resident set size follows the memory actually in use
@@ -244,7 +244,7 @@ def bench_memory(sizes, B, E, h, device, modes=("forward", "forward_backward")) 
         for N in sizes:
             row = {"mode": mode, "N": N, "B": B}
             for variant in VARIANTS:
-                cmd = [sys.executable, "-m", "mha_lib.bench_torch", "--memory-child"]
+                cmd = [sys.executable, "-m", "mha_lib.bench.torch_mha", "--memory-child"]
                 cmd += [variant, mode, str(N), str(B), str(E), str(h), str(device)]
                 done = subprocess.run(cmd, capture_output=True, text=True, env=env)
                 if done.returncode != 0:

@@ -1,38 +1,20 @@
-"""Benchmarks of the series: `python -m mha_lib.bench numpy` (and `torch`, see
-`mha_lib.bench_torch`).
-
-Speed is reported as ratios measured within one run: the variants are timed
-in interleaved repeats (A B A B ...) so that a slow moment of the machine hits
-all of them alike, and each is summarised by its median.
+"""`python -m mha_lib.bench numpy`: the vectorised numpy multi-head attention
+against the per-head loop (both derived in notebook 03), float32, C = 512, h = 8.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
-import time
 
 import numpy as np
 
-
-def interleaved_medians(fns: dict, repeats: int) -> dict[str, float]:
-    """Median wall time in seconds of each callable, timed in interleaved rounds."""
-    for fn in fns.values():  # warm-up: first-touch allocations, BLAS threads
-        fn()
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+from .timing import interleaved_medians
 
 
 def bench_numpy(sizes=(64, 256, 1024, 2048), d=512, h=8, seed=0) -> list[dict]:
     """Time `multi_head_attention` against `multi_head_attention_loop` (float32)."""
-    from . import multi_head_attention, multi_head_attention_loop
+    from .. import multi_head_attention, multi_head_attention_loop
 
     rng = np.random.default_rng(seed)
     W_q, W_k, W_v, W_o = (
@@ -71,25 +53,13 @@ def print_numpy(rows: list[dict], d: int, h: int) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mha_lib.bench", description=__doc__)
-    parser.add_argument("which", choices=["numpy", "torch"], help="which benchmark to run")
-    parser.add_argument("--sizes", type=int, nargs="+", help="sequence lengths N")
+    parser = argparse.ArgumentParser(prog="python -m mha_lib.bench numpy", description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024, 2048])
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
-    args, rest = parser.parse_known_args(argv)
-    if args.which == "torch":
-        from .bench_torch import main as torch_main
-
-        return torch_main(argv[1:] if argv is not None else sys.argv[2:])
-    if rest:
-        parser.error(f"unrecognised arguments: {' '.join(rest)}")
-    sizes = tuple(args.sizes) if args.sizes else (64, 256, 1024, 2048)
-    rows = bench_numpy(sizes)
+    args = parser.parse_args(argv)
+    rows = bench_numpy(tuple(args.sizes))
     print_numpy(rows, 512, 8)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"numpy": rows}, f, indent=2)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

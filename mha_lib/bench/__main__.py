@@ -1,0 +1,30 @@
+"""`python -m mha_lib.bench WHICH [options]`: run one of the series' benchmarks.
+
+WHICH picks the module; the options after it are that benchmark's own
+(`python -m mha_lib.bench torch --help` lists them).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = {
+    "numpy": ("numpy_mha", "numpy multi-head attention: vectorised vs per-head loop"),
+    "torch": ("torch_mha", "the PyTorch module vs nn.MultiheadAttention (speed and memory)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in BENCHMARKS:
+        print("usage: python -m mha_lib.bench {" + ",".join(BENCHMARKS) + "} [options]")
+        for name, (_, what) in BENCHMARKS.items():
+            print(f"  {name:<8} {what}")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    module = importlib.import_module(f".{BENCHMARKS[argv[0]][0]}", __package__)
+    return module.main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

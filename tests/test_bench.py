@@ -1,0 +1,53 @@
+"""The benchmarks: one entry point, no import cycle, each benchmark runnable on tiny sizes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mha_lib.bench import interleaved_medians
+from mha_lib.bench.__main__ import BENCHMARKS, main
+
+
+def test_interleaved_medians_times_every_callable():
+    calls = []
+    med = interleaved_medians({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 3)
+    assert set(med) == {"a", "b"} and all(t >= 0 for t in med.values())
+    assert calls == ["a", "b"] * 4  # one warm-up round, then 3 interleaved rounds
+
+
+def test_importing_the_package_imports_no_benchmark_and_no_torch():
+    code = (
+        "import sys, mha_lib.bench; "
+        "print(sorted(m for m in sys.modules if m.startswith(('mha_lib.bench.', 'torch'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['mha_lib.bench.timing']"
+
+
+@pytest.mark.parametrize("argv", [[], ["nonsense"]])
+def test_entry_point_lists_the_benchmarks(capsys, argv):
+    assert main(argv) == 2
+    out = capsys.readouterr().out
+    assert all(name in out for name in BENCHMARKS)
+
+
+def test_numpy_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    assert main(["numpy", "--sizes", "8", "16", "--json", str(path)]) == 0
+    rows = json.loads(path.read_text())["numpy"]
+    assert [r["N"] for r in rows] == [8, 16]
+    assert all(r["speedup"] > 0 for r in rows)
+    assert "loop / vectorised" in capsys.readouterr().out
+
+
+def test_torch_benchmark_runs_on_tiny_sizes(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "torch", "--sizes", "16", "--batch", "1"]
+    cmd += ["--memory-sizes", "32", "--json", str(path)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    numbers = json.loads(path.read_text())
+    assert [r["N"] for r in numbers["forward"]] == [16]
+    assert {r["mode"] for r in numbers["memory"]} == {"forward", "forward_backward"}
