@@ -294,6 +294,7 @@ class MultiHeadAttention(nn.Module):
         attn_mask: Tensor | None = None,
         average_attn_weights: bool = True,
         is_causal: bool = False,
+        head_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from `query` to `key`/`value`; returns (output, weights or None).
 
@@ -315,6 +316,11 @@ class MultiHeadAttention(nn.Module):
           nn.MultiheadAttention, when attn_mask is given it is trusted to be
           that causal mask and may be skipped in favour of the fused causal
           kernel; unlike nn.MultiheadAttention, attn_mask may be left out.
+        - head_mask (not in nn.MultiheadAttention): None, or a float tensor
+          (h,) or (B, h) that multiplies each head's output before the heads
+          are concatenated and projected by W_o: 1 keeps head i, 0 removes it
+          (ablation; notebooks 05 and 06). The returned weights are the
+          weights the heads computed, unscaled.
 
         A query with no key to attend to (fully masked row) gets zero weights
         and a zero attention output, so its output is out_proj.bias; never NaN.
@@ -329,6 +335,7 @@ class MultiHeadAttention(nn.Module):
         S = key.shape[1]  # (B, S, kdim)
         kpm = self._check_key_padding_mask(key_padding_mask, B, S, batched, query)
         am = self._check_attn_mask(attn_mask, B, L, S, batched, query)
+        hm = self._check_head_mask(head_mask, B, query)
 
         q, k, v = self._project(query, key, value, self_attention, kv_shared)  # (B, h, ., d)
 
@@ -351,6 +358,8 @@ class MultiHeadAttention(nn.Module):
             heads = heads.masked_fill(fully, 0.0)  # (B, h, L, d)
             if weights is not None:
                 weights = weights.masked_fill(fully, 0.0)  # (B, h, L, S)
+        if hm is not None:
+            heads = heads * hm  # (B, h, L, d) * (B|1, h, 1, 1): scale or remove heads
         out = self.out_proj(_merge_heads(heads))  # (B, L, E)
 
         if weights is not None and average_attn_weights:
@@ -440,6 +449,25 @@ class MultiHeadAttention(nn.Module):
         raise ValueError(
             f"attn_mask has shape {tuple(mask.shape)}; expected (L, S) = ({L}, {S}) or {three_d}"
         )
+
+    def _check_head_mask(self, head_mask, B, query) -> Tensor | None:
+        """head_mask (h,) or (B, h), float -> (1|B, h, 1, 1) to multiply the heads with."""
+        if head_mask is None:
+            return None
+        h = self.num_heads
+        if not isinstance(head_mask, Tensor) or not torch.is_floating_point(head_mask):
+            got = head_mask.dtype if isinstance(head_mask, Tensor) else type(head_mask).__name__
+            raise TypeError(
+                f"head_mask must be a floating-point tensor (1 keeps a head, 0 removes it); "
+                f"got {got}"
+            )
+        if tuple(head_mask.shape) not in ((h,), (B, h)):
+            raise ValueError(
+                f"head_mask has shape {tuple(head_mask.shape)}; expected (h,) = ({h},) or "
+                f"(B, h) = ({B}, {h})"
+            )
+        head_mask = head_mask.to(device=query.device, dtype=query.dtype)
+        return head_mask.reshape(-1, h, 1, 1)  # (1|B, h, 1, 1)
 
     @staticmethod
     def _merge_masks(am: Tensor | None, kpm: Tensor | None) -> tuple[Tensor | None, Tensor | None]:

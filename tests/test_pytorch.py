@@ -717,3 +717,63 @@ def test_import_mha_lib_does_not_import_torch():
         "assert 'torch' not in sys.modules, 'import mha_lib pulled in torch'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ----------------------------------------------------------------------------
+# head_mask: removing or scaling single heads (ablation, notebooks 05 and 06)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_head_mask_zero_removes_exactly_that_heads_columns(need_weights):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(E, H, dtype=torch.float64)
+    x = torch.randn(3, 5, E, dtype=torch.float64)
+    out, w = m(x, need_weights=need_weights, average_attn_weights=False)
+    hm = torch.tensor([1.0, 0.0], dtype=torch.float64)
+    out_ablated, w_ablated = m(
+        x, need_weights=need_weights, average_attn_weights=False, head_mask=hm
+    )
+    # by hand: the concatenated heads with head 1's block zeroed, then W_o
+    q, k, v = m._project(x, x, x, True, True)  # (B, h, N, d)
+    heads = torch.softmax(q @ k.transpose(-2, -1) / (E // H) ** 0.5, dim=-1) @ v
+    heads[:, 1] = 0.0
+    by_hand = m.out_proj(heads.transpose(1, 2).reshape(3, 5, E))
+    torch.testing.assert_close(out_ablated, by_hand)
+    assert not torch.allclose(out_ablated, out)
+    if need_weights:  # the weights are what the heads computed, not scaled
+        torch.testing.assert_close(w_ablated, w)
+
+
+def test_head_mask_of_ones_changes_nothing_and_per_sequence_masks_apply_per_row():
+    torch.manual_seed(0)
+    m = MultiHeadAttention(E, H)
+    x = torch.randn(2, 4, E)
+    torch.testing.assert_close(m(x, head_mask=torch.ones(H))[0], m(x)[0])
+    per_row = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # (B, h): ablate head 0 of sequence 1 only
+    out = m(x, head_mask=per_row)[0]
+    torch.testing.assert_close(out[0], m(x)[0][0])
+    torch.testing.assert_close(out[1], m(x, head_mask=torch.tensor([0.0, 1.0]))[0][1])
+
+
+def test_head_mask_gradients_flow_to_the_mask():
+    torch.manual_seed(0)
+    m = MultiHeadAttention(E, H, dtype=torch.float64)
+    x = torch.randn(2, 4, E, dtype=torch.float64)
+    hm = torch.ones(H, dtype=torch.float64, requires_grad=True)
+    m(x, head_mask=hm)[0].sum().backward()
+    assert hm.grad is not None and hm.grad.shape == (H,)
+
+
+@pytest.mark.parametrize(
+    "head_mask,exc,match",
+    [
+        (torch.ones(3), ValueError, r"head_mask has shape \(3,\); expected \(h,\) = \(2,\)"),
+        (torch.ones(2, 2, 2), ValueError, r"or \(B, h\) = \(4, 2\)"),
+        (torch.ones(2, dtype=torch.bool), TypeError, r"head_mask must be a floating-point"),
+        ([1.0, 0.0], TypeError, r"got list"),
+    ],
+)
+def test_bad_head_mask(head_mask, exc, match):
+    m = MultiHeadAttention(E, H)
+    with pytest.raises(exc, match=match):
+        m(_x(4, 5, E), head_mask=head_mask)
