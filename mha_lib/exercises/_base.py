@@ -93,8 +93,9 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def as_array(result, expected_shape: tuple[int, ...], what: str = "an array"):
-    """A learner's result as a float array of the expected shape, or (None, why not)."""
+def as_array(result, expected_shape: tuple[int, ...] | None, what: str = "an array"):
+    """A learner's result as a float array of the expected shape (None: any shape),
+    or (None, why not)."""
     try:
         arr = to_numpy(result)
         if arr.dtype == object or not (
@@ -103,8 +104,9 @@ def as_array(result, expected_shape: tuple[int, ...], what: str = "an array"):
             raise TypeError
         arr = arr.astype(float)
     except (TypeError, ValueError, RuntimeError):
-        return None, f"expected {what} of shape {expected_shape}; got {type(result).__name__}"
-    if arr.shape != expected_shape:
+        shape = "" if expected_shape is None else f" of shape {expected_shape}"
+        return None, f"expected {what}{shape}; got {type(result).__name__}"
+    if expected_shape is not None and arr.shape != expected_shape:
         return None, f"expected shape {expected_shape}; got {arr.shape}"
     return arr, None
 
