@@ -138,7 +138,11 @@ def mismatch(result, expected, what: str) -> str:
 
 
 def in_case(problem: str | None, hint: str) -> str | None:
-    """Add what is special about this case to a problem that names no mistake."""
+    """Add what is special about this case to a problem that names no mistake (an error
+    only when it is about sizes, the usual sign of a size read from the wrong place)."""
     if problem is None or not problem.startswith(GENERIC):
         return problem
-    return f"{problem} [the earlier cases passed; this one has {hint}]"
+    sizes = ("shape", "size", "broadcast", "align", "mismatch", "dimension", "index")
+    if problem.startswith(GENERIC[0]) and not any(word in problem for word in sizes):
+        return problem
+    return f"{problem} [in the case with {hint}]"
