@@ -21,7 +21,8 @@ class Note(str):
     """A checker's verdict "correct", with a remark to print after it."""
 
 
-# The start of every message that says something is wrong without naming a mistake.
+# The start of every message that says something is wrong without naming a mistake
+# (the first three may come from sizes read from the wrong place).
 GENERIC = ("your function raised", "wrong values", "expected shape", "expected an array")
 
 
@@ -98,9 +99,7 @@ def as_array(result, expected_shape: tuple[int, ...] | None, what: str = "an arr
     or (None, why not)."""
     try:
         arr = to_numpy(result)
-        if arr.dtype == object or not (
-            np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_
-        ):
+        if arr.dtype.kind not in "biuf":  # bool, int, unsigned, float: real numbers
             raise TypeError
         arr = arr.astype(float)
     except (TypeError, ValueError, RuntimeError):
@@ -140,7 +139,7 @@ def mismatch(result, expected, what: str) -> str:
 def in_case(problem: str | None, hint: str) -> str | None:
     """Add what is special about this case to a problem that names no mistake (an error
     only when it is about sizes, the usual sign of a size read from the wrong place)."""
-    if problem is None or not problem.startswith(GENERIC):
+    if problem is None or not problem.startswith(GENERIC[:3]):
         return problem
     sizes = ("shape", "size", "broadcast", "align", "mismatch", "dimension", "index")
     if problem.startswith(GENERIC[0]) and not any(word in problem for word in sizes):

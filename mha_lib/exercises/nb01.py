@@ -45,7 +45,7 @@ _SOFTMAX_CASES = (
     (
         "3-D input (2, 3, 4) with rows far apart",
         np.random.default_rng(5).normal(size=(2, 3, 4))
-        + np.array([0.0, -300, 50, 800, -1e4, 2])[:, None].reshape(2, 3, 1),
+        + np.array([0.0, -300, 50, 800, -1e4, 2]).reshape(2, 3, 1),  # one offset per row
     ),
     ("large logits in float64", np.array([[1e3, 999.0, -1e3], [-1e3, 0.0, 1e3]])),
     ("integer input", np.array([[1, 2, 3], [4, 4, 4]])),
@@ -117,7 +117,7 @@ def check_softmax(fn):
     """Check a learner's softmax(x): over the last axis, for x of any shape (..., M).
 
     Every row must be stable on its own (subtract each row's maximum), for float32,
-    float64 and integer input.
+    float64 and integer input. Arrays are read by value: numpy, nested lists or torch tensors alike.
     """
     for label, x in _SOFTMAX_CASES:
         problem = _softmax_case(fn, label, x)
@@ -193,7 +193,9 @@ _ATTENTION_CASES = (
 @checker("scaled dot-product attention")
 def check_scaled_dot_product_attention(fn):
     """Check a learner's fn(q, k, v) -> softmax(q kᵀ / √d_k) v for 2-D q (N, d_k), k (M, d_k),
-    v (M, d_v). fn may return the output (N, d_v) or a pair (output, weights)."""
+    v (M, d_v). fn may return the output (N, d_v) or a pair (output, weights).
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
     rng = np.random.default_rng(1)
     for N, M, d_k, d_v, size, hint in _ATTENTION_CASES:
         q = size * rng.normal(size=(N, d_k))  # (N, d_k)
@@ -224,7 +226,9 @@ def check_scaled_dot_product_attention(fn):
 @checker("diagonal counterexample")
 def check_diagonal_counterexample(fn):
     """Check that fn() returns X (N, C), no two tokens parallel, whose self-attention weights
-    α = softmax(X Xᵀ / √C) have a pair i != j with α_ij > max(α_ii, α_jj)."""
+    α = softmax(X Xᵀ / √C) have a pair i != j with α_ij > max(α_ii, α_jj).
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
     result, problem = run(fn)
     if problem is None:
         X, problem = as_array(result, None, "a matrix X (N, C)")

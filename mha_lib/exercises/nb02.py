@@ -73,7 +73,10 @@ _QKV_CASES = ((20, 4, 4, 4, 4), (21, 5, 4, 3, 2))
 
 @checker("project_qkv")
 def check_project_qkv(fn):
-    """Check fn(X, W_q, W_k, W_v) -> (Q, K, V) = (X W_q, X W_k, X W_v), as a tuple or list."""
+    """Check fn(X, W_q, W_k, W_v) -> (Q, K, V) = (X W_q, X W_k, X W_v), as a tuple or list.
+
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
     for seed, N, C, d_k, d_v in _QKV_CASES:
         X, W_q, W_k, W_v = _random_inputs(seed, N, C, d_k, d_v)
         result, problem = run(fn, X, W_q, W_k, W_v, names=_NAMES)
@@ -161,6 +164,7 @@ def check_attention_with_weights(fn):
     """Check fn(X, W_q, W_k, W_v) -> softmax(X W_q (X W_k)ᵀ / √d_k) X W_v, shape (N, d_v).
 
     Only the output is asked for: a tuple (output, weights) is rejected with a hint.
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
     """
     for seed, N, C, d_k, d_v, size, hint in _HEAD_CASES:
         X, W_q, W_k, W_v = _random_inputs(seed, N, C, d_k, d_v, size)
@@ -232,7 +236,9 @@ def _next_token_weights(X_pos, W_q, W_k):
 def check_next_token_head(fn):
     """Check fn(N, C) -> (W_q, W_k), each (C + N, d_k), for inputs X_pos = [X | I_N]:
     every token i < N - 1 must put more than half of its weight on token i + 1, on the
-    running example and on random content of another size."""
+    running example and on random content of another size.
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
     for N, C, seed in ((11, 6, None), (7, 3, 24), (9, 4, 25)):
         X_pos = _positional_inputs(N, C, seed)  # (N, C + N)
         result, problem = run(fn, N, C)

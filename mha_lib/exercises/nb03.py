@@ -85,7 +85,10 @@ def _split_shape(shape: tuple, B: int, N: int, h: int, d: int) -> str | None:
 
 @checker("split_heads")
 def check_split_heads(fn):
-    """Check a learner's split_heads(Y, num_heads): (B, N, h*d) -> (B, h, N, d)."""
+    """Check a learner's split_heads(Y, num_heads): (B, N, h*d) -> (B, h, N, d).
+
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
     for B, N, h, d in _SPLIT_CASES:
         Y = _labelled(B, N, h * d)  # (B, N, h*d)
         expected = split_heads(Y, h)  # (B, h, N, d)
@@ -135,7 +138,10 @@ def _merge_shape(shape: tuple, B: int, h: int, N: int, d: int) -> str | None:
 
 @checker("merge_heads")
 def check_merge_heads(fn):
-    """Check a learner's merge_heads(Y): (B, h, N, d) -> (B, N, h*d), heads side by side."""
+    """Check a learner's merge_heads(Y): (B, h, N, d) -> (B, N, h*d), heads side by side.
+
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
     for B, h, N, d in _MERGE_CASES:
         Z = _labelled(B, h, N, d)  # (B, h, N, d)
         expected = merge_heads(Z)  # (B, N, h*d)
@@ -282,7 +288,10 @@ def _mha_shape(shape: tuple, N: int, C: int, h: int, d_v: int) -> str | None:
 @checker("multi_head_attention")
 def check_multi_head_attention(fn):
     """Check a learner's multi_head_attention(X, W_q, W_k, W_v, W_o, num_heads) for one
-    sequence X (N, C), with W_q, W_k (C, h*d_k), W_v (C, h*d_v), W_o (h*d_v, C)."""
+    sequence X (N, C), with W_q, W_k (C, h*d_k), W_v (C, h*d_v), W_o (h*d_v, C).
+    Batched X is not part of the exercise and is not tried.
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
     for seed, N, C, h, d_k, d_v, hint in _MHA_CASES:
         X, W_q, W_k, W_v, W_o = _mha_case(seed, N, C, h, d_k, d_v)
         expected = multi_head_attention(X, W_q, W_k, W_v, W_o, h)  # (N, C)
