@@ -7,6 +7,8 @@ Each piece is derived in a notebook first and then lives here:
 - `plot`: the attention heatmaps used by every notebook (import it explicitly);
 - `exercises`: checkers for the notebooks' exercises;
 - `pytorch`: the PyTorch module (notebook 04; imports torch, so import it explicitly);
+- `conv`: a k×k convolution computed as multi-head self-attention with k² heads
+  (notebook 07; imports torch, so import it explicitly);
 - `bench`: `python -m mha_lib.bench numpy|torch`.
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.
