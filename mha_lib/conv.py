@@ -49,8 +49,8 @@ __all__ = [
 # pixels next to its target (then 4e^{−2α} to the diagonal ones, ...), so the
 # output is off by about 4e^{−α} times the spread of the values: the relative
 # error (max |error| / max |conv output|) falls like e^{−α} and reaches the
-# rounding error of float32 (~1e-7) near α ≈ 17 and of float64 (~1e-16) near
-# α ≈ 38 (notebook 07 measures it). At α = 40 the leak, 4e^{−40} ≈ 2e-17, is
+# rounding error of float32 (~1e-7) near α ≈ 18 and of float64 (~1e-16) near
+# α ≈ 37 (notebook 07 measures it). At α = 40 the leak, 4e^{−40} ≈ 2e-17, is
 # below float64's unit roundoff, so the error is rounding alone, far inside
 # the promised 1e-8 (float64) and 1e-4 (float32). Nothing overflows at any
 # α: the peak score is exactly 0 and every other score is negative, so exp

@@ -124,7 +124,9 @@ def value_weights_numpy(weight):
     return np.einsum("oiab->iabo", w).reshape(w.shape[1], -1)
 
 
-@pytest.mark.parametrize("correct", [value_weights_permute, value_weights_loop, value_weights_numpy])
+@pytest.mark.parametrize(
+    "correct", [value_weights_permute, value_weights_loop, value_weights_numpy]
+)
 def test_check_value_weights_accepts_correct_forms(capsys, correct):
     assert check_value_weights(correct) is True
     assert verdict(capsys) == "✓ value_weights: correct\n"
