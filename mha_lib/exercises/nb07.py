@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..attention import softmax
 from ._base import report, run
 
 __all__ = ["check_relative_scores", "check_value_weights"]
@@ -60,11 +61,6 @@ def _same_softmax(a: np.ndarray, b: np.ndarray, tol: float = 1e-8) -> bool:
     return bool(np.all(np.ptp(diff, axis=-1) <= tol * scale))
 
 
-def _row_softmax(S: np.ndarray) -> np.ndarray:
-    e = np.exp(S - S.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 def check_relative_scores(fn) -> bool:
     """Check fn(H, W, shift, alpha) -> (H·W, H·W) scores −α‖(p_m − p_n) − Δ‖².
 
@@ -89,7 +85,7 @@ def check_relative_scores(fn) -> bool:
 
 def _diagnose_scores(result, expected, H, W, shift, alpha) -> str:
     pos = _positions(H, W)
-    if np.allclose(result, _row_softmax(expected), atol=1e-8):
+    if np.allclose(result, softmax(expected), atol=1e-8):
         return (
             "it returns the softmax of the scores (the attention weights); return the scores "
             "themselves, −α‖(p − q) − Δ‖²"
