@@ -8,6 +8,8 @@ Each piece is derived in a notebook first and then lives here:
 - `exercises`: checkers for the notebooks' exercises;
 - `pytorch`: the PyTorch module (notebook 04; imports torch, so import it explicitly);
 - `block`: a Transformer encoder block around it (notebook 04; imports torch);
+- `toy_tasks`, `toy_models`, `training`, `circuits`: small tasks, attention-only models, a
+  seeded training loop and head scores / QK and OV circuits (notebook 06; import torch);
 - `conv`: a k×k convolution computed as multi-head self-attention with k² heads
   (notebook 07; imports torch, so import it explicitly);
 - `bench`: the benchmarks, `python -m mha_lib.bench numpy|torch`.

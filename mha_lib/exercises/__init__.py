@@ -22,7 +22,9 @@ from .nb02 import *  # noqa: F403
 from .nb02 import __all__ as _nb02
 from .nb03 import *  # noqa: F403
 from .nb03 import __all__ as _nb03
+from .nb06 import *  # noqa: F403
+from .nb06 import __all__ as _nb06
 from .nb07 import *  # noqa: F403
 from .nb07 import __all__ as _nb07
 
-__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb07]
+__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb06, *_nb07]

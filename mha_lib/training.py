@@ -1,0 +1,176 @@
+"""A small, seeded, bit-stable training loop, and the two trainings of notebook 06.
+
+`train` runs Adam for a fixed number of steps on batches drawn from a seeded
+`torch.Generator`, with torch's intra-op threads set to `threads` (1 by default) for the
+duration of the call and restored afterwards: on the CPU, the same seed then gives the same
+loss curve, float for float, on every run. It returns the curves the loss function reports.
+
+`train_committee` (Part 1) and `train_induction` (Part 2) are the exact trainings the notebook
+runs, with their settings in `COMMITTEE` and `INDUCTION`; the losses and accuracies they use
+sit beside them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .toy_models import AttentionOnly, Committee
+from .toy_tasks import IGNORE, relations_batch, repeated_block_batch
+
+__all__ = [
+    "COMMITTEE",
+    "INDUCTION",
+    "committee_loss",
+    "copy_losses",
+    "induction_loss",
+    "subtask_accuracy",
+    "train",
+    "train_committee",
+    "train_induction",
+]
+
+LossFn = Callable[[nn.Module, object], Tensor | tuple[Tensor, dict[str, float]]]
+
+
+def train(
+    model: nn.Module,
+    make_batch: Callable[[torch.Generator], object],
+    loss_fn: LossFn,
+    steps: int,
+    lr: float = 1e-2,
+    seed: int = 0,
+    threads: int = 1,
+) -> dict[str, list[float]]:
+    """Train `model` in place with Adam(lr) for `steps` steps; return the curves.
+
+    make_batch(gen) draws one batch from the generator (seeded with `seed`);
+    loss_fn(model, batch) returns the loss, or (loss, {name: value}) to record more curves.
+    Returns {"loss": [...], name: [...]}, one value per step.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int; got {steps!r}")
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        gen = torch.Generator().manual_seed(seed)
+        optimiser = torch.optim.Adam(model.parameters(), lr=lr)
+        history: dict[str, list[float]] = {"loss": []}
+        model.train()
+        for _ in range(steps):
+            result = loss_fn(model, make_batch(gen))
+            loss, extras = result if isinstance(result, tuple) else (result, {})
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+            history["loss"].append(loss.item())
+            for name, value in extras.items():
+                history.setdefault(name, []).append(float(torch.as_tensor(value).detach()))
+        model.eval()
+        return history
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+# ---------------------------------------------------------------------------- Part 1: committee
+
+COMMITTEE = {"num_symbols": 16, "num_labels": 6, "embed_dim": 32, "batch": 128, "lr": 2e-2}
+
+
+def committee_loss(model: Committee, batch) -> Tensor:
+    """Cross-entropy over the three sub-tasks, scored positions only."""
+    symbols, labels, targets = batch  # (B, N), (B, N), (B, N, 3)
+    logits, _ = model(symbols, labels)  # (B, N, 3, V)
+    return F.cross_entropy(
+        logits.reshape(-1, model.num_symbols), targets.reshape(-1), ignore_index=IGNORE
+    )
+
+
+def subtask_accuracy(model: Committee, batch, head_mask: Tensor | None = None) -> Tensor:
+    """Accuracy per sub-task (3,) on a batch, scored positions only; head_mask ablates heads."""
+    symbols, labels, targets = batch  # (B, N), (B, N), (B, N, 3)
+    with torch.no_grad():
+        logits, _ = model(symbols, labels, head_mask=head_mask)  # (B, N, 3, V)
+    scored = targets != IGNORE  # (B, N, 3)
+    right = (logits.argmax(dim=-1) == targets) & scored  # (B, N, 3)
+    return right.sum(dim=(0, 1)) / scored.sum(dim=(0, 1))  # (3,)
+
+
+def train_committee(num_heads: int, seed: int, steps: int = 500) -> tuple[Committee, list[float]]:
+    """Part 1's model with `num_heads` heads of width embed_dim / num_heads, trained from `seed`.
+
+    Every setting but num_heads is fixed (COMMITTEE), so models with 1 or 4 heads have the same
+    parameter count, data and budget. Returns the model and its loss curve.
+    """
+    c = COMMITTEE
+    torch.manual_seed(seed)
+    N = 2 * c["num_labels"]
+    model = Committee(c["num_symbols"], c["num_labels"], N, c["embed_dim"], num_heads)
+
+    def make_batch(gen):
+        return relations_batch(gen, c["batch"], c["num_labels"], c["num_symbols"])
+
+    history = train(model, make_batch, committee_loss, steps, lr=c["lr"], seed=seed)
+    return model, history["loss"]
+
+
+# ---------------------------------------------------------------------------- Part 2: induction
+
+INDUCTION = {
+    "vocab_size": 32,
+    "min_len": 4,
+    "max_len": 12,
+    "embed_dim": 32,
+    "num_heads": 2,
+    "batch": 64,
+    "lr": 1e-2,
+}
+
+
+def copy_losses(model: AttentionOnly, tokens: Tensor, T: Tensor, head_mask=None):
+    """Next-token cross-entropy (B, N - 1) and the masks (B, N - 1) of the two halves.
+
+    Query i predicts token i + 1. "first" = i < T - 1 (inside the first copy: unpredictable),
+    "repeated" = T <= i < 2T - 1 (inside the second copy: the answer is T tokens back).
+    """
+    logits, _ = model(tokens, head_mask=head_mask)  # (B, N, V)
+    B, N = tokens.shape
+    ce = F.cross_entropy(
+        logits[:, :-1].reshape(-1, model.vocab_size), tokens[:, 1:].reshape(-1), reduction="none"
+    ).view(B, N - 1)  # (B, N - 1)
+    i = torch.arange(N - 1)[None]  # (1, N - 1)
+    first = i < T[:, None] - 1  # (B, N - 1)
+    repeated = (i >= T[:, None]) & (i < 2 * T[:, None] - 1)  # (B, N - 1)
+    return ce, first, repeated
+
+
+def induction_loss(model: AttentionOnly, batch):
+    """Mean next-token loss over all positions, and the curves of the two halves."""
+    tokens, T = batch  # (B, N), (B,)
+    ce, first, repeated = copy_losses(model, tokens, T)
+    parts = {
+        "first half": (ce * first).sum() / first.sum(),
+        "repeated half": (ce * repeated).sum() / repeated.sum(),
+    }
+    return ce.mean(), parts
+
+
+def train_induction(seed: int = 0, steps: int = 1000) -> tuple[AttentionOnly, dict]:
+    """Part 2's two-layer attention-only model (INDUCTION settings) trained from `seed`.
+
+    Returns the model and the curves {"loss", "first half", "repeated half"}, one per step.
+    """
+    c = INDUCTION
+    torch.manual_seed(seed)
+    model = AttentionOnly(
+        c["vocab_size"], 2 * c["max_len"], c["embed_dim"], c["num_heads"], num_layers=2
+    )
+
+    def make_batch(gen):
+        return repeated_block_batch(gen, c["batch"], c["vocab_size"], c["min_len"], c["max_len"])
+
+    history = train(model, make_batch, induction_loss, steps, lr=c["lr"], seed=seed)
+    return model, history
