@@ -1,7 +1,15 @@
 """A Transformer encoder block around our multi-head attention.
 
-Derived in notebook 04 (where multi-head attention sits in a Transformer);
-notebook 05 stacks six of them to run a real pretrained encoder. Imports torch.
+Derived in notebook 04, section 11 (where multi-head attention sits in a
+Transformer), which writes the block out inline and checks it against this
+class and `nn.TransformerEncoderLayer`; notebook 05 stacks six of them to run
+a real pretrained encoder. Imports torch.
+
+With dropout > 0 in training mode, the same seed does not give the same
+outputs as `nn.TransformerEncoderLayer`: the attention output's memory layout
+differs from torch's ((B, N, E) here, a transposed (N, B, E) there), so
+dropout1 draws the same random numbers into other positions. The attention
+weights' dropout itself matches (tested in tests/test_pytorch.py).
 
 One block, for x (B, N, E):
 - post-LayerNorm (the original Transformer, BERT; norm_first=False):
