@@ -1,7 +1,9 @@
 """A Transformer encoder block around our multi-head attention.
 
-Derived in notebook 04 (where multi-head attention sits in a Transformer);
-notebook 05 stacks six of them to run a real pretrained encoder. Imports torch.
+Derived in notebook 04, section 11 (where multi-head attention sits in a
+Transformer), which writes the block out inline and checks it against this
+class and `nn.TransformerEncoderLayer`; notebook 05 stacks six of them to run
+a real pretrained encoder. Imports torch.
 
 One block, for x (B, N, E):
 - post-LayerNorm (the original Transformer, BERT; norm_first=False):
@@ -18,6 +20,13 @@ The submodules have the names and shapes of `nn.TransformerEncoderLayer`
 self_attn is a `mha_lib.pytorch.MultiHeadAttention`, whose parameters are
 named as nn.MultiheadAttention's. So a `state_dict` loads both ways and
 `from_torch` copies a torch layer exactly.
+
+In training mode with dropout, the same seed gives the same outputs as
+`nn.TransformerEncoderLayer`: every dropout draws the same random numbers for
+the same positions. (torch's attention output is stored as (N, B, E) and a
+dropout mask is drawn in memory order, so `_attention_dropout` lays ours out
+the same way first, in training with dropout only: the fused fast path stays
+copy-free.)
 """
 
 from __future__ import annotations
@@ -123,13 +132,19 @@ class TransformerBlock(nn.Module):
         }
         if self.norm_first:
             a, weights = self.self_attn(self.norm1(x), **kwargs)  # (B, N, E)
-            x = x + self.dropout1(a)
+            x = x + self._attention_dropout(a)
             x = x + self.dropout2(self._ff(self.norm2(x)))
         else:
             a, weights = self.self_attn(x, **kwargs)  # (B, N, E)
-            x = self.norm1(x + self.dropout1(a))
+            x = self.norm1(x + self._attention_dropout(a))
             x = self.norm2(x + self.dropout2(self._ff(x)))
         return x, weights  # (B, N, E), (B, h, N, N) or None
+
+    def _attention_dropout(self, a: Tensor) -> Tensor:
+        """dropout1(a) for a (B, N, E), dropping the positions torch's layer drops (same seed)."""
+        if self.training and self.dropout1.p > 0:
+            a = a.transpose(0, 1).contiguous().transpose(0, 1)  # (B, N, E), stored as (N, B, E)
+        return self.dropout1(a)
 
     def _ff(self, x: Tensor) -> Tensor:
         """The position-wise feed-forward network: (B, N, E) -> (B, N, F) -> (B, N, E)."""

@@ -51,3 +51,54 @@ def test_torch_benchmark_runs_on_tiny_sizes(tmp_path):
     numbers = json.loads(path.read_text())
     assert [r["N"] for r in numbers["forward"]] == [16]
     assert {r["mode"] for r in numbers["memory"]} == {"forward", "forward_backward"}
+    from mha_lib.bench.torch_mha import markdown_torch
+
+    lines = markdown_torch(numbers)  # speed: header + 1 row; memory: header + 2 rows
+    assert len(lines) == 8 and lines[2].startswith("| 16 | ") and lines[6].startswith("| forward,")
+
+
+def test_numpy_markdown_prints_the_readme_rows(tmp_path, capsys):
+    path = tmp_path / "numpy.json"
+    rows = [{"N": 64, "loop_ms": 2.131, "vectorised_ms": 1.3, "speedup": 1.6392, "repeats": 5}]
+    path.write_text(json.dumps({"numpy": rows}))
+    assert main(["numpy", "--markdown", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "| N | loop ms | vectorised ms | loop / vectorised |",
+        "|---|---|---|---|",
+        "| 64 | 2.13 | 1.30 | 1.64× |",
+    ]
+
+
+def test_torch_markdown_prints_the_readme_rows(tmp_path, capsys):
+    pytest.importorskip("torch")
+    fwd = {"N": 64, "module_ms": 9.04, "nn.MHA_ms": 9.1, "module_speedup": 1.0177}
+    fwd["module_gemm_fraction"] = 0.913
+    fb = {"N": 64, "module_ms": 28.0, "nn.MHA_ms": 28.92, "module_speedup": 1.0311}
+    mem = [
+        {"mode": "forward", "N": 4096, "B": 1, "naive_mib": 1053.2, "module_mib": 43.4},
+        {"mode": "forward_backward", "N": 4096, "B": 1, "naive_mib": 1573, "module_mib": 69.1},
+    ]
+    mem[0]["nn.MHA_mib"], mem[1]["nn.MHA_mib"] = 540.6, 69.0
+    path = tmp_path / "torch.json"
+    path.write_text(json.dumps({"forward": [fwd], "forward_backward": [fb], "memory": mem}))
+    assert main(["torch", "--markdown", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "| N | forward: module ms | nn.MHA ms | module vs MHA | % GEMM "
+        "| forward+backward: module ms | nn.MHA ms | module vs MHA |",
+        "|---|---|---|---|---|---|---|---|",
+        "| 64 | 9.0 | 9.1 | 1.02× | 91% | 28.0 | 28.9 | 1.03× |",
+        "",
+        "| peak memory growth of one pass, B = 1 | naive | this module | nn.MHA |",
+        "|---|---|---|---|",
+        "| forward, N = 4096 | 1053 MiB | 43 MiB | 541 MiB |",
+        "| forward + backward, N = 4096 | 1573 MiB | 69 MiB | 69 MiB |",
+    ]
+
+
+def test_markdown_reads_what_json_writes(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    assert main(["numpy", "--sizes", "8", "16", "--json", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["numpy", "--markdown", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| 8 | ") and lines[3].startswith("| 16 | ")

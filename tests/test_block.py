@@ -90,3 +90,19 @@ def test_bad_arguments():
         TransformerBlock.from_torch(nn.Linear(2, 2))
     with pytest.raises(ValueError, match=r"expected batch_first=True"):
         TransformerBlock.from_torch(nn.TransformerEncoderLayer(E, H, FF))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_training_with_dropout_equals_torch_under_the_same_seed(norm_first):
+    torch.manual_seed(0)
+    ref = nn.TransformerEncoderLayer(E, H, FF, dropout=0.2, norm_first=norm_first, batch_first=True)
+    ours = TransformerBlock.from_torch(ref)
+    x = torch.randn(2, 7, E)
+    kpm = torch.tensor([[False] * 7, [False] * 4 + [True] * 3])
+    torch.manual_seed(5)
+    expected = ref(x, src_key_padding_mask=kpm)
+    torch.manual_seed(5)
+    got, _ = ours(x, key_padding_mask=kpm)
+    torch.testing.assert_close(got, expected)
+    torch.manual_seed(6)
+    assert not torch.allclose(ours(x, key_padding_mask=kpm)[0], got), "dropout is on"

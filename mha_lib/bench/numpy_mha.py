@@ -1,5 +1,8 @@
 """`python -m mha_lib.bench numpy`: the vectorised numpy multi-head attention
 against the per-head loop (both derived in notebook 03), float32, C = 512, h = 8.
+
+`--json PATH` also writes the numbers; `--markdown PATH` reads such a file and
+prints the README's table rows from it, without running anything.
 """
 
 from __future__ import annotations
@@ -52,11 +55,28 @@ def print_numpy(rows: list[dict], d: int, h: int) -> None:
         )
 
 
+def markdown_numpy(numbers: dict) -> list[str]:
+    """The README's table, one line per row, from the JSON that `--json` writes."""
+    lines = ["| N | loop ms | vectorised ms | loop / vectorised |", "|---|---|---|---|"]
+    for r in numbers["numpy"]:
+        lines.append(
+            f"| {r['N']} | {r['loop_ms']:.2f} | {r['vectorised_ms']:.2f} | {r['speedup']:.2f}× |"
+        )
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mha_lib.bench numpy", description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024, 2048])
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    parser.add_argument(
+        "--markdown", metavar="PATH", help="print the README table from a --json file; run nothing"
+    )
     args = parser.parse_args(argv)
+    if args.markdown:
+        with open(args.markdown) as f:
+            print("\n".join(markdown_numpy(json.load(f))))
+        return 0
     rows = bench_numpy(tuple(args.sizes))
     print_numpy(rows, 512, 8)
     if args.json:
