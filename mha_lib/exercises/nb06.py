@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import as_array, close, diagnose, report, run
+from ._base import as_array, checker, close, diagnose, run
 
 __all__ = ["check_induction_score", "check_previous_token_score"]
 
@@ -56,9 +56,9 @@ def _previous_mistakes(A: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-def check_previous_token_score(fn) -> bool:
+@checker("previous_token_score")
+def check_previous_token_score(fn):
     """Check fn(A (B, h, N, N)) -> (h,) = mean over b and i >= 1 of A[b, :, i, i - 1]."""
-    name = "previous_token_score"
     problem = None
     for seed, (B, h, N) in enumerate(((3, 2, 7), (1, 4, 5))):
         A = _weights(seed, B, h, N)
@@ -72,7 +72,7 @@ def check_previous_token_score(fn) -> bool:
                 problem = diagnose(got, _previous_mistakes(A)) or "wrong values"
         if problem is not None:
             break
-    return report(name, problem)
+    return problem
 
 
 # ---------------------------------------------------------------------------- induction
@@ -104,9 +104,9 @@ def _induction_mistakes(A: np.ndarray, T: int) -> dict[str, np.ndarray]:
     }
 
 
-def check_induction_score(fn) -> bool:
+@checker("induction_score")
+def check_induction_score(fn):
     """Check fn(A (B, h, 2T, 2T), T) -> (h,) = mean over b and T <= i < 2T of A[b, :, i, i-T+1]."""
-    name = "induction_score"
     problem = None
     for seed, (B, h, T) in enumerate(((2, 3, 5), (1, 2, 4))):
         A = _weights(10 + seed, B, h, 2 * T)
@@ -121,4 +121,4 @@ def check_induction_score(fn) -> bool:
                 problem = diagnose(got, _induction_mistakes(A, T)) or "wrong values"
         if problem is not None:
             break
-    return report(name, problem)
+    return problem

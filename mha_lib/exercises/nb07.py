@@ -16,23 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..attention import softmax
-from ._base import report, run
+from ._base import as_array, checker, run
 
 __all__ = ["check_relative_scores", "check_value_weights"]
-
-
-def _to_array(result, expected_shape: tuple[int, ...]):
-    """A learner's array or tensor as a float64 array of the expected shape, or (None, why)."""
-    try:
-        arr = np.asarray(result, dtype=np.float64)
-    except Exception:  # a tensor that needs grad, a ragged list, ...
-        return None, (
-            f"expected an array or tensor of shape {expected_shape}; got {type(result).__name__} "
-            "(a tensor that requires grad needs .detach())"
-        )
-    if arr.shape != expected_shape:
-        return None, f"expected shape {expected_shape}; got {arr.shape}"
-    return arr, None
 
 
 # ---------------------------------------------------------------------------- scores
@@ -61,13 +47,13 @@ def _same_softmax(a: np.ndarray, b: np.ndarray, tol: float = 1e-8) -> bool:
     return bool(np.all(np.ptp(diff, axis=-1) <= tol * scale))
 
 
-def check_relative_scores(fn) -> bool:
+@checker("relative_scores")
+def check_relative_scores(fn):
     """Check fn(H, W, shift, alpha) -> (H·W, H·W) scores −α‖(p_m − p_n) − Δ‖².
 
     Any answer that differs from the reference by a constant along each row is
     accepted: the softmax of a row cannot tell them apart.
     """
-    name = "relative_scores"
     problem = None
     for H, W, shift, alpha in ((3, 4, (1, 2), 2.0), (4, 2, (-1, 2), 0.5)):
         N = H * W
@@ -75,12 +61,12 @@ def check_relative_scores(fn) -> bool:
         expected = _scores(pos, shift, alpha)  # (N, N)
         result, problem = run(fn, H, W, tuple(shift), alpha)
         if problem is None:
-            result, problem = _to_array(result, (N, N))
+            result, problem = as_array(result, (N, N))
         if problem is None and not _same_softmax(result, expected):
             problem = _diagnose_scores(result, expected, H, W, shift, alpha)
         if problem is not None:
             break
-    return report(name, problem)
+    return problem
 
 
 def _diagnose_scores(result, expected, H, W, shift, alpha) -> str:
@@ -114,13 +100,13 @@ def _diagnose_scores(result, expected, H, W, shift, alpha) -> str:
 # ---------------------------------------------------------------------------- value weights
 
 
-def check_value_weights(fn) -> bool:
+@checker("value_weights")
+def check_value_weights(fn):
     """Check fn(weight) -> W_v (C_in, k²·C_out), head i·k + j holding weight[:, :, i, j]ᵀ."""
-    name = "value_weights"
     try:
         import torch
     except ImportError:
-        return report(name, "this exercise needs torch (pip install torch)")
+        return "this exercise needs torch (pip install torch)"
     problem = None
     for seed, (C_out, C_in, k) in ((70, (3, 2, 3)), (71, (2, 4, 5))):
         gen = torch.Generator().manual_seed(seed)
@@ -131,7 +117,7 @@ def check_value_weights(fn) -> bool:
             problem = _diagnose_value_weights(result, weight, expected)
         if problem is not None:
             break
-    return report(name, problem)
+    return problem
 
 
 def _diagnose_value_weights(result, weight, expected) -> str | None:
@@ -156,7 +142,7 @@ def _diagnose_value_weights(result, weight, expected) -> str | None:
             f"it has shape {shape}: the heads are stacked along the rows; they go side by side "
             f"along the columns, (C_in, k²·C_out) = {(C_in, h * C_out)}"
         )
-    arr, problem = _to_array(result, expected.shape)
+    arr, problem = as_array(result, expected.shape)
     if problem is not None:
         return problem
     if np.allclose(arr, expected, rtol=1e-10, atol=1e-12):
