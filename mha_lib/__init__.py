@@ -8,6 +8,10 @@ Each piece is derived in a notebook first and then lives here:
 - `exercises`: checkers for the notebooks' exercises;
 - `pytorch`: the PyTorch module (notebook 04; imports torch, so import it explicitly);
 - `block`: a Transformer encoder block around it (notebook 04; imports torch);
+- `pretrained`: the pretrained encoder all-MiniLM-L6-v2 run through our attention, its
+  tokenizer and mean pooling (notebook 05; imports torch, safetensors, tokenizers);
+- `head_roles`, `role_sentences`: the scores that measure what its heads do, and the
+  hand-marked sentences they are measured on (notebook 05);
 - `bench`: the benchmarks, `python -m mha_lib.bench numpy|torch`.
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.

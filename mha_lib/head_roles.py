@@ -2,21 +2,26 @@
 
 What it holds:
 - `head_label(l, i)`: "L3.H7" for head i of layer l (both counted from 0);
-- `word_positions`: the WordPiece token positions of a hand-marked word;
+  `stack_attentions` and `top_heads` to collect and rank all heads;
+- `word_positions`, `words`: the WordPiece token positions of a hand-marked word, and the
+  words of a sentence as it sees them;
 - `offset_score`, `previous_token_score`, `next_token_score`: how much of its
   attention a head puts on the token just before / after each query;
-- `link_score`: the attention a head gives, from a marked word, to the word it
-  should link to (the role scores, with `role_sentences`);
+- `link_score`, `role_link_scores`: the attention a head gives, from a marked
+  word, to the word it should link to (the role scores, over `role_sentences`);
+- `top_word`: the word a head attends to most from a given word (minimal pairs);
 - `special_token_mass`: the attention parked on [CLS] and [SEP];
 - `positional_attention`: the previous/next-token pattern a head would have
   from the position embeddings alone, read off the weights;
 - `ablated` and `cosine_change`: remove heads through `head_mask` and measure
   what changes.
 
-Conventions: attention weights are (B, h, T, T) per layer (rows = queries),
-or stacked over the layers as (layers, B, h, T, T); `attention_mask` (B, T)
-is BERT's (1 = real token). Position 0 is [CLS], position n_b - 1 of sentence
-b (n_b real tokens) is [SEP]; scores ignore both, and the padding.
+Conventions: the encoder returns attention weights (B, h, T, T) per layer
+(rows = queries); `stack_attentions` puts all heads first, (layers, h, B, T, T),
+and the scores take any (..., B, T, T), returning one number per leading
+index (e.g. (layers, h)). `attention_mask` (B, T) is BERT's (1 = real token).
+Position 0 is [CLS], position n_b - 1 of sentence b (n_b real tokens) is
+[SEP]; the scores ignore both, and the padding.
 """
 
 from __future__ import annotations
