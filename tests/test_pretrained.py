@@ -40,8 +40,9 @@ def batch():
 
 @pytest.fixture(scope="module")
 def both(ours, batch):
-    transformers = pytest.importorskip("transformers")
-    ref = transformers.BertModel.from_pretrained(
+    from transformers import BertModel  # pinned in requirements.txt: a missing one fails here
+
+    ref = BertModel.from_pretrained(
         str(find_model_dir()),
         local_files_only=True,
         attn_implementation="eager",
