@@ -77,6 +77,22 @@ def _score_mistakes(A, mask) -> dict[str, float]:
     }
 
 
+def _as_number(result) -> tuple[float | None, str | None]:
+    """A learner's answer as one finite float (number, 0-d or 1-element array or tensor)."""
+    try:
+        if hasattr(result, "detach"):
+            result = result.detach().cpu().numpy()
+        arr = np.asarray(result)
+        if arr.dtype.kind not in "iuf":  # not real numbers (complex, text, objects)
+            raise TypeError
+        value = float(arr.reshape(()))
+    except Exception:  # anything that is not one real number
+        return None, f"expected one number; got {type(result).__name__}"
+    if not np.isfinite(value):
+        return None, f"expected a finite number; got {value}"
+    return value, None
+
+
 def check_previous_token_score(fn) -> bool:
     """Check fn(A (B, T, T), attention_mask (B, T)) -> the pooled previous-token score."""
     from ..head_roles import previous_token_score
@@ -87,10 +103,7 @@ def check_previous_token_score(fn) -> bool:
         expected = float(previous_token_score(A, mask))
         result, problem = run(fn, A.clone(), mask.clone())
         if problem is None:
-            try:
-                value = float(np.asarray(result.detach() if hasattr(result, "detach") else result))
-            except (TypeError, ValueError):
-                problem = f"expected one number; got {type(result).__name__} {np.shape(result)}"
+            value, problem = _as_number(result)
         if problem is None and not np.isclose(value, expected, rtol=1e-6, atol=1e-9):
             mistakes = _score_mistakes(A, mask)
             problem = next(
@@ -150,6 +163,24 @@ def _word_mistakes(sentence, offsets, word, right: list[int]) -> dict[tuple, str
     return mistakes
 
 
+def _as_positions(result) -> tuple[list[int] | None, str | None]:
+    """A learner's answer as a list of ints (a list, tuple, array or tensor of integers)."""
+    try:
+        if hasattr(result, "detach"):
+            result = result.detach().cpu().tolist()
+        if isinstance(result, (str, bytes)):
+            raise TypeError
+        items = list(np.asarray(result).reshape(-1)) if isinstance(result, np.ndarray) else result
+        got = []
+        for p in items:
+            if isinstance(p, bool) or not isinstance(p, (int, np.integer)):
+                raise TypeError
+            got.append(int(p))
+    except Exception:  # anything that is not a sequence of ints
+        return None, f"expected a list of token positions (ints); got {type(result).__name__}"
+    return got, None
+
+
 def check_word_positions(fn) -> bool:
     """Check fn(sentence, offsets, word) -> token positions of word (a list of ints)."""
     from ..head_roles import word_positions
@@ -162,10 +193,7 @@ def check_word_positions(fn) -> bool:
         right = word_positions(sentence, offsets, word)
         result, problem = run(fn, sentence, list(offsets), word)
         if problem is None:
-            try:
-                got = [int(p) for p in result]
-            except (TypeError, ValueError):
-                problem = f"expected a list of token positions (ints); got {result!r}"
+            got, problem = _as_positions(result)
         if problem is None and got != right:
             if not got:
                 problem = (
