@@ -12,6 +12,8 @@ Each piece is derived in a notebook first and then lives here:
   tokenizer and mean pooling (notebook 05; imports torch, safetensors, tokenizers);
 - `head_roles`, `role_sentences`: the scores that measure what its heads do, and the
   hand-marked sentences they are measured on (notebook 05);
+- `conv`: a k×k convolution computed as multi-head self-attention with k² heads
+  (notebook 07; imports torch, so import it explicitly);
 - `bench`: the benchmarks, `python -m mha_lib.bench numpy|torch`.
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.

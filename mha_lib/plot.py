@@ -2,7 +2,9 @@
 
 Rows are queries (the token that looks), columns are keys (the tokens it
 looks at); each row of an attention-weight matrix sums to 1. Small matrices
-get their values written in the cells. Imported explicitly
+get their values written in the cells. `plot_pixel_heads` draws, for an
+image whose pixels are the tokens (notebook 07), one query pixel's weights
+laid out on the pixel grid, one small map per head. Imported explicitly
 (`from mha_lib.plot import plot_attention, plot_heads`) so that
 `import mha_lib` stays free of matplotlib.
 """
@@ -112,6 +114,57 @@ def plot_heads(W, tokens=None, titles=None, suptitle=None, ncols=4, vmin=0.0, vm
             ax.set_ylabel("")
             ax.set_yticklabels([])
     fig.colorbar(im, ax=list(axes.flat), fraction=0.02, pad=0.01)
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def plot_pixel_heads(
+    W, query=None, image_box=None, titles=None, suptitle=None, ncols=None, vmin=0.0, vmax=1.0
+):
+    """Grid of small maps, one per head, of one query pixel's weights over an image.
+
+    W: (h, rows, cols), head i's attention weights laid out on the pixel grid
+    (row 0 at the top). query: (row, col) of the query pixel, outlined in
+    white; image_box: (row, col, height, width) of the image inside a padded
+    grid, outlined with a dashed line. Returns the Figure.
+    """
+    W = np.asarray(W, dtype=float)
+    if W.ndim != 3:
+        raise ValueError(f"W has shape {W.shape}; expected per-head maps (h, rows, cols)")
+    h, rows, cols = W.shape
+    ncols = min(ncols or int(np.ceil(np.sqrt(h))), h)
+    nrows = -(-h // ncols)
+    side = 0.6 + 0.22 * max(rows, cols)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(side * ncols + 1.0, side * nrows + 0.4),
+        squeeze=False,
+        layout="constrained",
+    )
+    for i, ax in enumerate(axes.flat):
+        if i >= h:
+            ax.axis("off")
+            continue
+        im = ax.imshow(W[i], cmap="viridis", vmin=vmin, vmax=vmax)
+        if query is not None:
+            ax.add_patch(
+                plt.Rectangle(
+                    (query[1] - 0.5, query[0] - 0.5), 1, 1, fill=False, ec="white", lw=1.5
+                )
+            )
+        if image_box is not None:
+            r0, c0, height, width = image_box
+            ax.add_patch(
+                plt.Rectangle(
+                    (c0 - 0.5, r0 - 0.5), width, height, fill=False, ec="white", lw=0.8, ls="--"
+                )
+            )
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(titles[i] if titles is not None else f"head {i}", fontsize=9)
+    fig.colorbar(im, ax=list(axes.flat), fraction=0.03, pad=0.02, label="attention weight")
     if suptitle:
         fig.suptitle(suptitle)
     return fig

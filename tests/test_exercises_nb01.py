@@ -1,9 +1,11 @@
-"""The checkers of notebook 01 accept the right answer and name the usual mistakes."""
+"""The checkers of notebook 01: a catalogue of wrong answers, each rejected with a message
+that names the mistake, and several correct forms, each accepted."""
 
 import math
 
 import numpy as np
 import pytest
+import torch
 
 from mha_lib import scaled_dot_product_attention, softmax
 from mha_lib.exercises import (
@@ -14,11 +16,12 @@ from mha_lib.exercises import (
 from mha_lib.exercises.nb01 import _attention_mistakes
 
 
-def verdict(capsys) -> str:
-    """The single line a checker printed."""
-    out = capsys.readouterr().out
-    assert out.count("\n") == 1, out
-    return out
+def verdict(checker, fn, capsys):
+    """Run a checker; return (passed, the one line it printed)."""
+    passed = checker(fn)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1, lines
+    return passed, lines[0]
 
 
 # softmax ----------------------------------------------------------------------------------------
@@ -29,30 +32,95 @@ def stable_softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def test_check_softmax_accepts_reference(capsys):
-    assert check_softmax(stable_softmax)
-    assert "✓ softmax: correct" in verdict(capsys)
-    assert check_softmax(softmax)
-    assert "✓ softmax: correct" in verdict(capsys)
+def logsumexp_softmax(x):
+    """Another valid algorithm: exp(x - logsumexp(x)), returned in float32."""
+    z = x - np.max(x, axis=-1, keepdims=True)
+    return np.exp(z - np.log(np.exp(z).sum(axis=-1, keepdims=True))).astype(np.float32)
 
 
-@pytest.mark.parametrize(
-    ("wrong", "message"),
-    [
-        (lambda x: np.exp(x) / np.exp(x).sum(axis=0, keepdims=True), "wrong axis"),
-        (lambda x: np.exp(x) / np.exp(x).sum(), "whole matrix"),
-        (lambda x: np.exp(x), "without dividing"),
-        (lambda x: x / x.sum(axis=-1, keepdims=True), "without exponentiating"),
-        (lambda x: np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True), "overflows"),
-        (lambda x: None, "not implemented"),
-        (lambda x: 1 / 0, "ZeroDivisionError"),
-    ],
-)
-def test_check_softmax_names_the_mistake(capsys, wrong, message):
+def row_by_row_softmax(x):
+    """A loop over rows, for any number of leading axes, into a float buffer."""
+    x = np.asarray(x, dtype=float)
+    out = np.empty_like(x)
+    for index in np.ndindex(x.shape[:-1]):
+        e = np.exp(x[index] - x[index].max())
+        out[index] = e / e.sum()
+    return out
+
+
+SOFTMAX_RIGHT = [
+    stable_softmax,
+    softmax,
+    logsumexp_softmax,
+    row_by_row_softmax,
+    lambda x: torch.softmax(torch.as_tensor(x, dtype=torch.float64), dim=-1),
+]
+
+
+def shifted(x, shift, over=-1):
+    """exp(x - shift) normalised over `over`."""
+    e = np.exp(x - shift)
+    return e / e.sum(axis=over, keepdims=True)
+
+
+def in_place(x):
+    x -= x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=-1, keepdims=True)
+    return x
+
+
+def into_zeros_like(x):
+    out = np.zeros_like(x)
+    out[...] = stable_softmax(x)
+    return out
+
+
+SOFTMAX_WRONG = [
+    (lambda x: shifted(x, x.max(axis=0, keepdims=True), over=0), "wrong axis"),
+    (lambda x: shifted(x, x.max(), over=None), "sum of the whole array"),
+    (lambda x: np.exp(x), "without dividing"),
+    (lambda x: x / x.sum(axis=-1, keepdims=True), "without exponentiating"),
+    (lambda x: shifted(x, 0.0), "subtract each row's maximum before exp"),
+    (lambda x: shifted(x, x.max()), "ONE maximum for the whole array"),
+    (lambda x: shifted(x, x.max(axis=0, keepdims=True)), "each column's maximum"),
+    (lambda x: shifted(x, x.min(axis=-1, keepdims=True)), "MINIMUM"),
+    (lambda x: shifted(x, x.max(axis=1, keepdims=True), over=1), "works on 2-D input only"),
+    (lambda x: shifted(x, x.max(axis=-1)[:, None]), "works on 2-D input only"),
+    (
+        lambda x: (
+            np.exp(x - x.max(axis=-1, keepdims=True))
+            / np.exp(x - x.max(axis=-1, keepdims=True)).max(axis=-1, keepdims=True)
+        ),
+        "row's maximum of exp",
+    ),
+    (lambda x: np.log(stable_softmax(x)), "log-softmax"),
+    (lambda x: stable_softmax(np.asarray(x, dtype=np.float16)), "float16"),
+    (in_place, "in place"),
+    (into_zeros_like, "returns integers"),
+    (lambda x: np.round(stable_softmax(x), 2), "do not round"),
+    (lambda x: None, "not implemented"),
+    (lambda x: 1 / 0, "ZeroDivisionError"),
+]
+
+
+@pytest.mark.parametrize("fn", SOFTMAX_RIGHT)
+def test_check_softmax_accepts(fn, capsys):
+    assert verdict(check_softmax, fn, capsys) == (True, "✓ softmax: correct")
+
+
+@pytest.mark.parametrize(("fn", "words"), SOFTMAX_WRONG)
+def test_check_softmax_names_the_mistake(fn, words, capsys):
+    passed, line = verdict(check_softmax, fn, capsys)
+    assert not passed and line.startswith("✗ softmax: ") and words in line, line
+
+
+def test_global_maximum_gives_nan_on_the_learners_example():
+    """The reported hole: one maximum for the whole array turns a far row into NaN."""
+    x = np.array([[0.0, 1.0], [-1e4, -1e4 + 1.0]])
     with np.errstate(all="ignore"):
-        assert not check_softmax(wrong)
-    out = verdict(capsys)
-    assert out.startswith("✗ softmax:") and message in out
+        assert np.isnan(shifted(x, x.max())).any()
+    assert np.allclose(softmax(x), [[0.269, 0.731]] * 2, atol=1e-3)
 
 
 # scaled dot-product attention -------------------------------------------------------------------
@@ -63,11 +131,24 @@ def attention(q, k, v):
     return weights @ v  # (N, d_v)
 
 
-def test_check_attention_accepts_reference(capsys):
-    assert check_scaled_dot_product_attention(attention)
-    assert "✓ scaled dot-product attention: correct" in verdict(capsys)
-    assert check_scaled_dot_product_attention(scaled_dot_product_attention)  # (out, weights)
-    assert "✓" in verdict(capsys)
+def attention_einsum_list(q, k, v):
+    """einsum, returned as a list [output, weights]."""
+    weights = softmax(np.einsum("nd,md->nm", q, k) / math.sqrt(q.shape[-1]))
+    return [np.einsum("nm,me->ne", weights, v), weights]
+
+
+def attention_torch(q, k, v):
+    q, k, v = (torch.from_numpy(a) for a in (q, k, v))
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)  # a tensor
+
+
+ATTENTION_RIGHT = [
+    attention,
+    scaled_dot_product_attention,  # (output, weights)
+    attention_einsum_list,
+    attention_torch,
+    lambda q, k, v: attention(q, k, v).astype(np.float32),
+]
 
 
 def sdpa(q, k, v, scale, axis=-1, transpose=False):
@@ -75,30 +156,50 @@ def sdpa(q, k, v, scale, axis=-1, transpose=False):
     return softmax(scores * scale, axis=axis) @ v
 
 
-@pytest.mark.parametrize(
-    ("wrong", "message"),
-    [
-        (lambda q, k, v: sdpa(q, k, v, 1.0), "scale is missing"),
-        (lambda q, k, v: sdpa(q, k, v, 1 / q.shape[-1]), "divides the scores by d_k"),
-        (lambda q, k, v: sdpa(q, k, v, 1 / math.sqrt(v.shape[-1])), "√d_v"),
-        (lambda q, k, v: sdpa(q, k, v, 1 / math.sqrt(q.shape[-1]), axis=0), "wrong axis"),
-        (lambda q, k, v: sdpa(q, k, v, 1 / math.sqrt(q.shape[-1]), transpose=True), "k @ q.T"),
-        (
-            lambda q, k, v: sdpa(q, k, v, 1 / math.sqrt(q.shape[-1]), axis=0, transpose=True),
-            "weights are transposed",
-        ),
-        (lambda q, k, v: softmax(q @ k.T) / math.sqrt(q.shape[-1]) @ v, "after the softmax"),
-        (lambda q, k, v: softmax(q @ k / math.sqrt(q.shape[-1])) @ v, "transpose k"),
-        (lambda q, k, v: softmax(q @ k.T / math.sqrt(q.shape[-1])), "multiply them by v"),
-        (lambda q, k, v: softmax(q @ k.T / math.sqrt(k.shape[0])) @ v, "wrong values"),
-        (lambda q, k, v: softmax(q @ k.T / math.sqrt(q.shape[-1])) @ k, "expected shape"),
-        (lambda q, k, v: None, "not implemented"),
-    ],
-)
-def test_check_attention_names_the_mistake(capsys, wrong, message):
-    assert not check_scaled_dot_product_attention(wrong)
-    out = verdict(capsys)
-    assert out.startswith("✗ scaled dot-product attention:") and message in out
+def inv_sqrt(n):
+    return 1 / math.sqrt(n)
+
+
+def unstable(q, k, v):
+    e = np.exp(q @ k.T / math.sqrt(q.shape[-1]))
+    return e / e.sum(axis=-1, keepdims=True) @ v
+
+
+ATTENTION_WRONG = [
+    (lambda q, k, v: sdpa(q, k, v, 1.0), "scale is missing"),
+    (lambda q, k, v: sdpa(q, k, v, 1 / q.shape[-1]), "divides the scores by d_k"),
+    (lambda q, k, v: sdpa(q, k, v, inv_sqrt(v.shape[-1])), "√d_v"),
+    (lambda q, k, v: sdpa(q, k, v, inv_sqrt(k.shape[0])), "number of tokens"),
+    (lambda q, k, v: sdpa(q, k, v, inv_sqrt(q.shape[0])), "number of tokens"),
+    (lambda q, k, v: sdpa(q, k, v, inv_sqrt(q.shape[-1]), axis=0), "wrong axis"),
+    (lambda q, k, v: sdpa(q, k, v, inv_sqrt(q.shape[-1]), transpose=True), "k @ q.T"),
+    (
+        lambda q, k, v: sdpa(q, k, v, inv_sqrt(q.shape[-1]), axis=0, transpose=True),
+        "weights are transposed",
+    ),
+    (lambda q, k, v: softmax(q @ k.T) / math.sqrt(q.shape[-1]) @ v, "after the softmax"),
+    (lambda q, k, v: softmax(q @ k / math.sqrt(q.shape[-1])) @ v, "transpose k"),
+    (lambda q, k, v: softmax(q @ k.T / math.sqrt(q.shape[-1])), "multiply them by v"),
+    (lambda q, k, v: scaled_dot_product_attention(q, k, v)[::-1], "wrong order"),
+    (unstable, "large (about 1e3)"),
+    (lambda q, k, v: softmax(q @ k.T / math.sqrt(q.shape[-1])) @ k, "expected shape"),
+    (lambda q, k, v: sdpa(q, k, v, inv_sqrt(4)), "are the sizes read from q, k, v?"),
+    (lambda q, k, v: sdpa(q, k, v, 0.9 * inv_sqrt(q.shape[-1])), "wrong values"),
+    (lambda q, k, v: None, "not implemented"),
+]
+
+
+@pytest.mark.parametrize("fn", ATTENTION_RIGHT)
+def test_check_attention_accepts(fn, capsys):
+    passed, line = verdict(check_scaled_dot_product_attention, fn, capsys)
+    assert passed and line == "✓ scaled dot-product attention: correct"
+
+
+@pytest.mark.parametrize(("fn", "words"), ATTENTION_WRONG)
+def test_check_attention_names_the_mistake(fn, words, capsys):
+    passed, line = verdict(check_scaled_dot_product_attention, fn, capsys)
+    assert not passed and line.startswith("✗ scaled dot-product attention: ")
+    assert words in line, line
 
 
 def test_attention_mistakes_are_distinguishable():
@@ -113,27 +214,43 @@ def test_attention_mistakes_are_distinguishable():
 
 # diagonal counterexample ------------------------------------------------------------------------
 
+COUNTEREXAMPLE_RIGHT = [
+    lambda: np.array([[1.0, 0.0], [2.0, 2.0], [0.0, 5.0]]),
+    lambda: [[1, 0, 0], [2, 2, 0], [0, 5, 0], [0, 0, 1]],  # a list of ints, N = 4, C = 3
+    lambda: torch.tensor([[1.0, 0.0], [2.0, 2.0], [0.0, 5.0]], requires_grad=True),
+]
 
-def test_check_counterexample_accepts_a_counterexample(capsys):
-    assert check_diagonal_counterexample(lambda: np.array([[1.0, 0.0], [2.0, 2.0], [0.0, 5.0]]))
-    assert "✓ diagonal counterexample: correct" in verdict(capsys)
+COUNTEREXAMPLE_WRONG = [
+    (lambda: np.array([[1.0, 0.0], [2.0, 2.0]]), "use at least 3"),
+    (lambda: np.array([[1.0], [2.0], [3.0]]), "parallel"),
+    (lambda: np.array([[1.0, 1.0], [2.0, 2.0], [0.0, 1.0]]), "parallel"),
+    (lambda: np.array([[1.0, 0.0], [2.0, 0.1], [0.0, 0.0]]), "zero vector"),
+    (lambda: np.eye(3), "same norm"),
+    (lambda: np.diag([1.0, 2.0, 3.0]), "no token attends more"),
+    (lambda: np.array([[1.0, 0.0], [2.0, 1.0], [0.0, 1.0]]), "competitor"),
+    (lambda: np.ones(3), "expected a matrix"),
+    (lambda: np.array([[np.nan, 0.0], [1.0, 1.0], [2.0, 0.0]]), "NaN"),
+    (lambda: "X", "expected a matrix X (N, C)"),
+    (lambda: None, "not implemented"),
+]
 
 
-@pytest.mark.parametrize(
-    ("wrong", "message"),
-    [
-        (lambda: np.array([[1.0, 0.0], [2.0, 2.0]]), "use at least 3"),
-        (lambda: np.array([[1.0], [2.0], [3.0]]), "parallel"),
-        (lambda: np.array([[1.0, 0.0], [2.0, 0.1], [0.0, 0.0]]), "zero vector"),
-        (lambda: np.eye(3), "same norm"),
-        (lambda: np.diag([1.0, 2.0, 3.0]), "no token attends more"),
-        (lambda: np.array([[1.0, 0.0], [2.0, 1.0], [0.0, 1.0]]), "competitor"),
-        (lambda: np.ones(3), "expected a matrix"),
-        (lambda: np.array([[np.nan, 0.0], [1.0, 1.0], [2.0, 0.0]]), "NaN"),
-        (lambda: None, "not implemented"),
-    ],
-)
-def test_check_counterexample_names_the_mistake(capsys, wrong, message):
-    assert not check_diagonal_counterexample(wrong)
-    out = verdict(capsys)
-    assert out.startswith("✗ diagonal counterexample:") and message in out
+@pytest.mark.parametrize("fn", COUNTEREXAMPLE_RIGHT)
+def test_check_counterexample_accepts(fn, capsys):
+    passed, line = verdict(check_diagonal_counterexample, fn, capsys)
+    assert passed and line == "✓ diagonal counterexample: correct"
+
+
+@pytest.mark.parametrize(("fn", "words"), COUNTEREXAMPLE_WRONG)
+def test_check_counterexample_names_the_mistake(fn, words, capsys):
+    passed, line = verdict(check_diagonal_counterexample, fn, capsys)
+    assert not passed and line.startswith("✗ diagonal counterexample: ") and words in line, line
+
+
+def test_catalogues_are_complete():
+    for wrong, right in (
+        (SOFTMAX_WRONG, SOFTMAX_RIGHT),
+        (ATTENTION_WRONG, ATTENTION_RIGHT),
+        (COUNTEREXAMPLE_WRONG, COUNTEREXAMPLE_RIGHT),
+    ):
+        assert len(wrong) >= 6 and len(right) >= 2

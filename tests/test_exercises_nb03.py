@@ -1,9 +1,11 @@
-"""The checkers of notebook 03 accept the reference and name the usual mistakes."""
+"""The checkers of notebook 03: a catalogue of wrong answers, each rejected with a message
+that names the mistake, and several correct forms, each accepted."""
 
 import math
 
 import numpy as np
 import pytest
+import torch
 
 from mha_lib import merge_heads, multi_head_attention, softmax, split_heads
 from mha_lib.exercises import check_merge_heads, check_multi_head_attention, check_split_heads
@@ -56,24 +58,50 @@ def split_last_axes_swapped(Y, num_heads):
     return split_right(Y, num_heads).transpose(0, 1, 3, 2)
 
 
-@pytest.mark.parametrize("fn", [split_right, split_heads])
-def test_split_heads_accepts_reference(fn, capsys):
+def split_by_blocks(Y, num_heads):
+    """Another valid algorithm: stack the column blocks along a new axis 1."""
+    return np.stack(np.split(Y, num_heads, axis=-1), axis=1)
+
+
+def split_torch(Y, num_heads):
+    B, N, hd = Y.shape
+    return torch.from_numpy(Y).view(B, N, num_heads, hd // num_heads).transpose(1, 2)
+
+
+SPLIT_RIGHT = [split_right, split_heads, split_by_blocks, split_torch]
+
+
+def split_float_d(Y, num_heads):
+    B, N, hd = Y.shape
+    return Y.reshape(B, N, num_heads, hd / num_heads).transpose(0, 2, 1, 3)
+
+
+def split_two_heads(Y, num_heads):
+    return split_right(Y, 2)
+
+
+SPLIT_WRONG = [
+    (split_no_transpose, "reshape without transpose"),
+    (split_wrong_order, "(B, N, h, d)"),
+    (split_interleaved, "interleaved"),
+    (split_transpose_first, "transposes before reshaping"),
+    (split_last_axes_swapped, "last two axes are swapped"),
+    (lambda Y, num_heads: np.stack(np.split(Y, num_heads, axis=-1)), "heads come before the batch"),
+    (lambda Y, num_heads: split_right(Y, num_heads)[0], "batch axis B = 2 is lost"),
+    (split_two_heads, "use the argument num_heads"),
+    (split_float_d, "integer division"),
+    (not_implemented, "not implemented yet"),
+    (raises, "RuntimeError: boom"),
+]
+
+
+@pytest.mark.parametrize("fn", SPLIT_RIGHT)
+def test_split_heads_accepts(fn, capsys):
     passed, line = verdict(check_split_heads, fn, capsys)
     assert passed and line == "✓ split_heads: correct"
 
 
-@pytest.mark.parametrize(
-    "fn, words",
-    [
-        (split_no_transpose, "reshape without transpose"),
-        (split_wrong_order, "(B, N, h, d)"),
-        (split_interleaved, "interleaved"),
-        (split_transpose_first, "transposes before reshaping"),
-        (split_last_axes_swapped, "last two axes are swapped"),
-        (not_implemented, "not implemented yet"),
-        (raises, "RuntimeError: boom"),
-    ],
-)
+@pytest.mark.parametrize(("fn", "words"), SPLIT_WRONG)
 def test_split_heads_names_the_mistake(fn, words, capsys):
     passed, line = verdict(check_split_heads, fn, capsys)
     assert not passed
@@ -106,22 +134,38 @@ def merge_summed(Y):
     return Y.sum(axis=1)
 
 
-@pytest.mark.parametrize("fn", [merge_right, merge_heads])
-def test_merge_heads_accepts_reference(fn, capsys):
+def merge_by_concatenation(Y):
+    """Another valid algorithm: concatenate the heads along the features."""
+    return np.concatenate([Y[:, i] for i in range(Y.shape[1])], axis=-1)
+
+
+def merge_torch(Y):
+    B, h, N, d = Y.shape
+    return torch.from_numpy(Y).transpose(1, 2).reshape(B, N, h * d)
+
+
+MERGE_RIGHT = [merge_right, merge_heads, merge_by_concatenation, merge_torch]
+
+MERGE_WRONG = [
+    (merge_no_transpose, "reshape without transpose"),
+    (merge_interleaved, "interleaved"),
+    (merge_no_reshape, "reshape to (B, N, h*d)"),
+    (merge_summed, "sums or averages the heads"),
+    (lambda Y: Y.mean(axis=1), "sums or averages the heads"),
+    (lambda Y: np.concatenate([Y[:, i] for i in range(Y.shape[1])], axis=1), "along the tokens"),
+    (lambda Y: merge_right(Y)[0], "batch axis B = 2 is lost"),
+    (lambda Y: merge_right(Y[:, ::-1]), "reverse order"),
+    (not_implemented, "not implemented yet"),
+]
+
+
+@pytest.mark.parametrize("fn", MERGE_RIGHT)
+def test_merge_heads_accepts(fn, capsys):
     passed, line = verdict(check_merge_heads, fn, capsys)
     assert passed and line == "✓ merge_heads: correct"
 
 
-@pytest.mark.parametrize(
-    "fn, words",
-    [
-        (merge_no_transpose, "reshape without transpose"),
-        (merge_interleaved, "interleaved"),
-        (merge_no_reshape, "reshape to (B, N, h*d)"),
-        (merge_summed, "sums or averages the heads"),
-        (not_implemented, "not implemented yet"),
-    ],
-)
+@pytest.mark.parametrize(("fn", "words"), MERGE_WRONG)
 def test_merge_heads_names_the_mistake(fn, words, capsys):
     passed, line = verdict(check_merge_heads, fn, capsys)
     assert not passed
@@ -197,36 +241,112 @@ def mha_two_heads_only(X, W_q, W_k, W_v, W_o, num_heads):
     return mha_right(X, W_q, W_k, W_v, W_o, 2)
 
 
-@pytest.mark.parametrize("fn", [mha_right, mha_with(), multi_head_attention])
-def test_multi_head_attention_accepts_reference(fn, capsys):
+def mha_d_from_C(X, W_q, W_k, W_v, W_o, num_heads):
+    """Reads the head width off C: d = C // h, right only when h*d_k = C."""
+    N, C = X.shape
+    d = C // num_heads
+    q, k, v = ((X @ W).reshape(N, num_heads, d).transpose(1, 0, 2) for W in (W_q, W_k, W_v))
+    A = softmax(q @ k.transpose(0, 2, 1) / math.sqrt(d))
+    return (A @ v).transpose(1, 0, 2).reshape(N, -1) @ W_o
+
+
+def mha_scale_from_C(X, W_q, W_k, W_v, W_o, num_heads):
+    """Splits right, but scales by √(C / h)."""
+    return mha_with(scale=lambda h, d_k: math.sqrt(X.shape[1] / h))(
+        X, W_q, W_k, W_v, W_o, num_heads
+    )
+
+
+def mha_v_split_like_q(X, W_q, W_k, W_v, W_o, num_heads):
+    """Assumes d_v = d_k when splitting V."""
+    N, d_k = X.shape[0], W_q.shape[1] // num_heads
+    q, k, v = ((X @ W).reshape(N, num_heads, d_k).transpose(1, 0, 2) for W in (W_q, W_k, W_v))
+    A = softmax(q @ k.transpose(0, 2, 1) / math.sqrt(d_k))
+    return (A @ v).transpose(1, 0, 2).reshape(N, -1) @ W_o
+
+
+def mha_per_head_output_blocks(X, W_q, W_k, W_v, W_o, num_heads):
+    """Another valid algorithm: each head times its block of rows of W_o, summed; float32."""
+    heads = mha_with(combine="per head")(X, W_q, W_k, W_v, W_o, num_heads)  # (h, N, d_v)
+    blocks = np.split(W_o, num_heads, axis=0)  # h x (d_v, C)
+    return sum(head @ block for head, block in zip(heads, blocks)).astype(np.float32)
+
+
+def mha_torch(X, W_q, W_k, W_v, W_o, num_heads):
+    """torch's scaled_dot_product_attention per head, returned as a tensor."""
+    X, W_q, W_k, W_v, W_o = (torch.from_numpy(a) for a in (X, W_q, W_k, W_v, W_o))
+    N = X.shape[0]
+    q, k, v = ((X @ W).view(N, num_heads, -1).transpose(0, 1) for W in (W_q, W_k, W_v))
+    heads = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # (h, N, d_v)
+    return heads.transpose(0, 1).reshape(N, -1) @ W_o
+
+
+MHA_RIGHT = [
+    mha_right,
+    mha_with(),
+    multi_head_attention,
+    mha_per_head_output_blocks,
+    mha_torch,
+]
+
+MHA_WRONG = [
+    (mha_with(combine="no W_o"), "W_o is missing"),
+    (mha_with(combine="per head"), "one output per head"),
+    (mha_with(combine="sum"), "summed or averaged"),
+    (mha_with(combine="mean"), "averages the heads"),
+    (mha_with(shared_weights=True), "averages the attention weights"),
+    (mha_with(scale=lambda h, d_k: math.sqrt(h * d_k)), "√(h·d_k)"),
+    (mha_scale_from_C, "d_k = C / num_heads"),
+    (mha_d_from_C, "not C // num_heads"),
+    (mha_v_split_like_q, "d_v = W_v.shape[1] // num_heads"),
+    (mha_with(scale=lambda h, d_k: 1.0), "does not divide the scores by √d_k"),
+    (mha_with(split="no transpose"), "reshape without transpose"),
+    (mha_with(split="interleaved"), "interleaved"),
+    (mha_with(merge="no transpose"), "merges the heads with a reshape without transpose"),
+    (mha_with(swap_qk=True), "scores are transposed"),
+    (mha_with(softmax_axis=-2), "wrong axis"),
+    (mha_two_heads_only, "do not hard-code the number of heads"),
+    (not_implemented, "not implemented yet"),
+    (raises, "RuntimeError: boom"),
+]
+
+
+@pytest.mark.parametrize("fn", MHA_RIGHT)
+def test_multi_head_attention_accepts(fn, capsys):
     passed, line = verdict(check_multi_head_attention, fn, capsys)
     assert passed and line == "✓ multi_head_attention: correct"
 
 
-@pytest.mark.parametrize(
-    "fn, words",
-    [
-        (mha_with(combine="no W_o"), "W_o is missing"),
-        (mha_with(combine="per head"), "one output per head"),
-        (mha_with(combine="sum"), "summed or averaged"),
-        (mha_with(combine="mean"), "averages the heads"),
-        (mha_with(shared_weights=True), "averages the attention weights"),
-        (mha_with(scale=lambda h, d_k: math.sqrt(h * d_k)), "√(h·d_k)"),
-        (mha_with(scale=lambda h, d_k: 1.0), "does not divide the scores by √d_k"),
-        (mha_with(split="no transpose"), "reshape without transpose"),
-        (mha_with(split="interleaved"), "interleaved"),
-        (mha_with(merge="no transpose"), "merges the heads with a reshape without transpose"),
-        (mha_with(swap_qk=True), "scores are transposed"),
-        (mha_with(softmax_axis=-2), "wrong axis"),
-        (mha_two_heads_only, "do not hard-code the number of heads"),
-        (not_implemented, "not implemented yet"),
-        (raises, "RuntimeError: boom"),
-    ],
-)
+@pytest.mark.parametrize(("fn", "words"), MHA_WRONG)
 def test_multi_head_attention_names_the_mistake(fn, words, capsys):
     passed, line = verdict(check_multi_head_attention, fn, capsys)
     assert not passed
     assert line.startswith("✗ multi_head_attention: ") and words in line, line
+
+
+def test_multi_head_attention_has_a_case_where_h_d_k_is_not_C():
+    from mha_lib.exercises.nb03 import _MHA_CASES
+
+    assert any(
+        h * d_k != C and h * d_v != C and d_k != d_v for _, _, C, h, d_k, d_v, _ in _MHA_CASES
+    )
+
+
+def test_keys_from_queries_is_named(capsys):
+    def keys_from_queries(X, W_q, W_k, W_v, W_o, num_heads):
+        return mha_right(X, W_q, W_q, W_v, W_o, num_heads)
+
+    passed, line = verdict(check_multi_head_attention, keys_from_queries, capsys)
+    assert not passed and "W_q for the keys too" in line
+
+
+def test_catalogues_are_complete():
+    for wrong, right in (
+        (SPLIT_WRONG, SPLIT_RIGHT),
+        (MERGE_WRONG, MERGE_RIGHT),
+        (MHA_WRONG, MHA_RIGHT),
+    ):
+        assert len(wrong) >= 6 and len(right) >= 2
 
 
 def test_checkers_are_exported():

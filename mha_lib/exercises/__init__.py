@@ -5,6 +5,13 @@ the result with the library's reference, prints one line (✓, or ✗ with what 
 most likely wrong: transposed keys, a missing scale, softmax over the wrong
 axis, ...) and returns True or False. It never raises, so a notebook whose
 exercise is still `...` runs to the end. Solutions live in `solutions/`.
+
+The inputs are chosen so that shortcuts fail: N != M, d_k != d_v, h·d_k != C,
+odd sizes, a batch axis where the exercise has one. One rule for answers in
+every checker: the values are judged, not the container; a numpy array, a list
+or a torch tensor (any device, requires_grad, nn.Parameter) is read the same
+way. Where the exercise asks for a tensor (notebook 04, in `nb04`, which
+notebooks import explicitly) a correct numpy answer passes with a note.
 """
 
 from .nb00 import *  # noqa: F403
@@ -17,5 +24,7 @@ from .nb03 import *  # noqa: F403
 from .nb03 import __all__ as _nb03
 from .nb05 import *  # noqa: F403  (imports torch only when a checker runs)
 from .nb05 import __all__ as _nb05
+from .nb07 import *  # noqa: F403
+from .nb07 import __all__ as _nb07
 
-__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb05]
+__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb07]

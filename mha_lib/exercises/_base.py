@@ -1,39 +1,119 @@
-"""The machinery shared by every checker: run the learner's function safely,
-compare with the reference, diagnose the usual mistakes, print one line."""
+"""The machinery shared by every checker: call the learner's function safely,
+read its answer, compare it with the reference, name the usual mistakes, print
+one line.
+
+One rule for answers, in every checker: the values are judged, not the
+container. A numpy array, a nested list, or a torch tensor (on any device, with
+`requires_grad=True`, or an `nn.Parameter`) are all read the same way, with
+`to_numpy`. Where an exercise asks for a torch tensor (notebook 04) and gets a
+numpy array, the answer passes with a note saying how to make it a tensor.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
 
-def run(fn: Callable, *args):
-    """Call fn(*args); return (result, None) or (None, message about what went wrong)."""
+class Note(str):
+    """A checker's verdict "correct", with a remark to print after it."""
+
+
+# The start of every message that says something is wrong without naming a mistake
+# (the first three may come from sizes read from the wrong place).
+GENERIC = ("your function raised", "wrong values", "expected shape", "expected an array")
+
+
+def checker(name: str):
+    """Turn `body(fn) -> problem` (None, a Note, or a message) into `check(fn) -> bool`.
+
+    The check prints exactly one line and never raises: if reading a strange
+    answer makes the body itself fail, that failure becomes the message.
+    """
+
+    def wrap(body: Callable) -> Callable:
+        @functools.wraps(body)
+        def check(fn) -> bool:
+            try:
+                problem = body(fn)
+            except Exception as exc:  # an answer the checker could not read
+                problem = f"could not check the answer ({type(exc).__name__}: {exc})"
+            return report(name, problem)
+
+        return check
+
+    return wrap
+
+
+def report(name: str, problem: str | None) -> bool:
+    """Print the one-line verdict and return whether the answer passed."""
+    if problem is None or isinstance(problem, Note):
+        print(f"✓ {name}: correct" + (f" ({problem})" if problem else ""))
+        return True
+    print(f"✗ {name}: {problem}")
+    return False
+
+
+def run(fn: Callable, *args, names: tuple[str, ...] = ()):
+    """Call fn on copies of args; return (result, None) or (None, what went wrong).
+
+    Also says so when fn changes one of its array arguments in place.
+    """
+    copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
     try:
-        result = fn(*args)
+        with np.errstate(all="ignore"):  # overflow is diagnosed, not warned about
+            result = fn(*copies)
     except Exception as exc:  # a learner's error is feedback, not a crash
         return None, f"your function raised {type(exc).__name__}: {exc}"
+    for i, (a, c) in enumerate(zip(args, copies)):
+        if isinstance(a, np.ndarray) and not np.array_equal(a, c, equal_nan=True):
+            arg = names[i] if i < len(names) else f"number {i + 1}"
+            return None, (
+                f"it changes its argument {arg} in place (x -= ..., x /= ..., out=x): the "
+                "caller's array is destroyed; compute into a new array (z = x - m)"
+            )
     if result is None or result is Ellipsis:
         return None, "your function returned None: it is not implemented yet"
     return result, None
 
 
-def as_array(result, expected_shape: tuple[int, ...]):
-    """Convert a learner's result to an array of the expected shape, or explain why not."""
+def is_tensor(x) -> bool:
+    """True for a torch tensor (Parameters included), without importing torch."""
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
+def to_numpy(x) -> np.ndarray:
+    """A learner's array, list or torch tensor (any device, requires_grad) as numpy."""
+    if is_tensor(x):
+        x = x.detach().cpu()
+        if x.dtype.is_floating_point and x.element_size() < 4:
+            x = x.float()  # numpy has no bfloat16; float16 answers are judged as floats
+        return x.numpy()
+    return np.asarray(x)
+
+
+def as_array(result, expected_shape: tuple[int, ...] | None, what: str = "an array"):
+    """A learner's result as a float array of the expected shape (None: any shape),
+    or (None, why not)."""
     try:
-        arr = np.asarray(result, dtype=float)
-    except (TypeError, ValueError):
-        return None, f"expected an array of shape {expected_shape}; got {type(result).__name__}"
-    if arr.shape != expected_shape:
+        arr = to_numpy(result)
+        if arr.dtype.kind not in "biuf":  # bool, int, unsigned, float: real numbers
+            raise TypeError
+        arr = arr.astype(float)
+    except (TypeError, ValueError, RuntimeError):
+        shape = "" if expected_shape is None else f" of shape {expected_shape}"
+        return None, f"expected {what}{shape}; got {type(result).__name__}"
+    if expected_shape is not None and arr.shape != expected_shape:
         return None, f"expected shape {expected_shape}; got {arr.shape}"
     return arr, None
 
 
 def close(a, b, tol: float = 1e-6) -> bool:
-    """True when two arrays have the same shape and agree to `tol`."""
+    """True when two arrays have the same shape and agree to `tol` (NaN equals NaN)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    return a.shape == b.shape and bool(np.allclose(a, b, rtol=tol, atol=tol))
+    return a.shape == b.shape and bool(np.allclose(a, b, rtol=tol, atol=tol, equal_nan=True))
 
 
 def diagnose(result, wrong_answers: dict[str, np.ndarray]) -> str | None:
@@ -44,10 +124,24 @@ def diagnose(result, wrong_answers: dict[str, np.ndarray]) -> str | None:
     return None
 
 
-def report(name: str, problem: str | None) -> bool:
-    """Print the one-line verdict and return whether the answer passed."""
-    if problem is None:
-        print(f"✓ {name}: correct")
-        return True
-    print(f"✗ {name}: {problem}")
-    return False
+def mismatch(result, expected, what: str) -> str:
+    """The message for values that match no known mistake: `what` was expected."""
+    if not np.all(np.isfinite(result)):
+        return f"the result contains inf or NaN; expected {what}"
+    if close(result, expected, tol=1e-2):
+        return (
+            f"close to {what}, but only to about 1e-3: compute in float32 or float64, "
+            "not float16, and do not round"
+        )
+    return f"wrong values: expected {what}"
+
+
+def in_case(problem: str | None, hint: str) -> str | None:
+    """Add what is special about this case to a problem that names no mistake (an error
+    only when it is about sizes, the usual sign of a size read from the wrong place)."""
+    if problem is None or not problem.startswith(GENERIC[:3]):
+        return problem
+    sizes = ("shape", "size", "broadcast", "align", "mismatch", "dimension", "index")
+    if problem.startswith(GENERIC[0]) and not any(word in problem for word in sizes):
+        return problem
+    return f"{problem} [in the case with {hint}]"

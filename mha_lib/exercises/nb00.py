@@ -1,15 +1,25 @@
-"""Checkers for notebook 00 (start here): the notation and the shapes."""
+"""Checkers for notebook 00 (start here): the notation and the shapes.
+
+- `check_shapes(fn)`: fn(C, h, d_k, d_v) -> a dict of the shapes of X and the weights;
+- `check_parameter_count(fn)`: fn(C, h, d_k, d_v) -> the number of weights.
+
+The cases include d_k != d_v and h*d_k != C, so "d_k = C / h" and "d_v = d_k"
+shortcuts fail, and several sizes, so hard-coded numbers fail.
+"""
 
 from __future__ import annotations
 
-from ._base import report, run
+import numbers
+
+from ._base import checker, run
 
 __all__ = ["check_parameter_count", "check_shapes"]
 
-_CASES = [(512, 8, 64, 64), (6, 2, 3, 3), (12, 3, 5, 2)]  # (C, h, d_k, d_v)
+# (C, h, d_k, d_v): the paper's sizes, then d_k != d_v, then h*d_k != C and h*d_v != C.
+_CASES = ((512, 8, 64, 64), (6, 2, 3, 2), (12, 3, 5, 2))
 
 
-def _shapes(C: int, h: int, d_k: int, d_v: int) -> dict[str, tuple[int, int]]:
+def _shapes(C: int, h: int, d_k: int, d_v: int) -> dict[str, tuple]:
     return {
         "X": ("N", C),
         "W_Q^h": (C, d_k),
@@ -19,60 +29,135 @@ def _shapes(C: int, h: int, d_k: int, d_v: int) -> dict[str, tuple[int, int]]:
     }
 
 
-def check_shapes(fn) -> bool:
+def _as_shape(value) -> tuple | None:
+    """A shape given as a tuple, list or numpy shape, with plain ints; None if not one."""
+    if isinstance(value, (str, bytes)):
+        return None
+    try:
+        items = tuple(value)
+    except TypeError:
+        return None
+    return tuple(int(v) if isinstance(v, numbers.Integral) else v for v in items)
+
+
+def _shape_mistake(name: str, got, want: tuple, C: int, h: int, d_k: int, d_v: int) -> str:
+    """What is wrong with the shape `got` given for `name`."""
+    sizes = f"C={C}, h={h}, d_k={d_k}, d_v={d_v}"
+    if got is None:
+        return f"{name} must be a shape such as (C, d_k), a tuple; for {sizes} it is {want}"
+    if name == "X" and got == (C, "N"):
+        return "X is transposed: it holds one row per token, (N, C)"
+    if name == "X" and (len(got) != 2 or got[0] != "N"):
+        return f'X is (N, C): use the string "N" for the number of tokens, ("N", {C})'
+    if got == want[::-1]:
+        if name == "W_O":
+            return "W_O is transposed: it maps the concatenated heads (h*d_v) back to C"
+        return f"{name} is transposed: X (N, C) is multiplied on the left, X @ {name}"
+    if name == "W_O" and got == (d_v, C):
+        return "W_O acts on the concatenation of all h heads, so it has h*d_v rows"
+    if name == "W_O" and got == (h * d_k, C) and d_k != d_v:
+        return "W_O's rows are the concatenated VALUES of the h heads: h*d_v, not h*d_k"
+    if name == "W_V^h" and got == (C, d_k) and d_k != d_v:
+        return "W_V^h produces values, whose width is d_v, not d_k"
+    if name in ("W_Q^h", "W_K^h", "W_V^h") and got == (C, h * want[1]):
+        return f"{name} is ONE head's matrix, ({C}, {want[1]}); (C, h*d) holds all heads"
+    return f"{name} for {sizes}: expected {want}; got {got}"
+
+
+@checker("shapes")
+def check_shapes(fn):
     """Check fn(C, h, d_k, d_v) -> a dict of shapes.
 
     Expected keys: "X" (with the string "N" for the token count), "W_Q^h", "W_K^h",
-    "W_V^h" and "W_O".
+    "W_V^h" and "W_O". Shapes may be tuples or lists, of ints or numpy ints.
     """
-    problem = None
+    answers = []
     for C, h, d_k, d_v in _CASES:
         result, problem = run(fn, C, h, d_k, d_v)
         if problem:
-            break
+            return problem
         if not isinstance(result, dict):
-            problem = f"expected a dict of shapes; got {type(result).__name__}"
-            break
-        expected = _shapes(C, h, d_k, d_v)
-        for name, shape in expected.items():
-            got = tuple(result.get(name, ())) if result.get(name) is not None else None
-            if got == shape:
-                continue
-            if name == "W_O" and got == (C, h * d_v):
-                problem = "W_O is transposed: it maps the concatenated heads (h*d_v) back to C"
-            elif name == "W_O" and got == (d_v, C):
-                problem = "W_O acts on the concatenation of all h heads, so it has h*d_v rows"
-            elif name in ("W_Q^h", "W_K^h", "W_V^h") and got is not None and got[::-1] == shape:
-                problem = f"{name} is transposed: X (N, C) is multiplied on the left, X @ {name}"
-            elif name == "W_V^h" and got == (C, d_k) and d_k != d_v:
-                problem = "W_V^h produces values, whose width is d_v, not d_k"
-            else:
-                problem = (
-                    f"{name} for C={C}, h={h}, d_k={d_k}, d_v={d_v}: expected {shape}; got {got}"
-                )
-            break
-        if problem:
-            break
-    return report("shapes", problem)
+            return f"expected a dict of shapes ('X', 'W_Q^h', ...); got {type(result).__name__}"
+        answers.append({name: _as_shape(value) for name, value in result.items()})
+    if all(a == answers[0] for a in answers):
+        return "it returns the same shapes for every C, h, d_k, d_v: use the arguments"
+    wants = [_shapes(*case) for case in _CASES]
+    if answers != wants and all(
+        a == w or a == _shapes(C, h, C // h, C // h)
+        for a, w, (C, h, _, _) in zip(answers, wants, _CASES)
+    ):
+        return "it assumes d_k = d_v = C / h; here h*d_k != C: use the arguments d_k and d_v"
+    for got, want, case in zip(answers, wants, _CASES):
+        for name in want:
+            if name not in got:
+                return f"the dict has no key {name!r}; keys: 'X', 'W_Q^h', 'W_K^h', 'W_V^h', 'W_O'"
+            if got[name] != want[name]:
+                return _shape_mistake(name, got[name], want[name], *case)
+    return None
 
 
-def check_parameter_count(fn) -> bool:
-    """Check fn(C, h, d_k, d_v) -> the number of weights of multi-head attention (no biases)."""
-    problem = None
-    for C, h, d_k, d_v in _CASES:
-        result, problem = run(fn, C, h, d_k, d_v)
+def _count_mistakes(C: int, h: int, d_k: int, d_v: int) -> dict[str, int]:
+    """The counts of the usual wrong formulas, keyed by what is wrong."""
+    right = 2 * C * h * d_k + C * h * d_v + h * d_v * C
+    return {
+        "every head has its own W_Q^h, W_K^h, W_V^h: multiply those by h": (
+            2 * C * d_k + C * d_v + h * d_v * C
+        ),
+        "you forgot the output projection W_O (h*d_v x C)": 2 * C * h * d_k + C * h * d_v,
+        "W_O acts on all h heads at once: it has h*d_v rows, not d_v": right - (h - 1) * d_v * C,
+        "it mixes up d_k and d_v: W_Q^h and W_K^h have d_k columns, W_V^h has d_v, and W_O "
+        "has h*d_v rows": 3 * C * h * d_k + h * d_v * C,
+        "it counts only one of W_Q^h and W_K^h: both have C*d_k weights per head": (
+            right - C * h * d_k
+        ),
+        "4C² holds only when d_k = d_v = C / h; count each matrix with the given d_k, d_v": (
+            4 * C * C
+        ),
+        "no biases: count only the entries of the weight matrices": (
+            right + h * (2 * d_k + d_v) + C
+        ),
+    }
+
+
+def _as_count(result) -> float | None:
+    """A learner's count as a number (int, numpy int, integral float, 0-d tensor)."""
+    if isinstance(result, (bool, str)):
+        return None
+    try:
+        return float(result)
+    except (TypeError, ValueError):
+        return None
+
+
+def _shown(count: float) -> str:
+    return str(int(count)) if count.is_integer() else str(count)
+
+
+@checker("parameter count")
+def check_parameter_count(fn):
+    """Check fn(C, h, d_k, d_v) -> the number of weights of multi-head attention (no biases).
+
+    Any number type is fine (int, numpy int, 1.0e6, a 0-d array or tensor).
+    """
+    counts = []
+    for case in _CASES:
+        result, problem = run(fn, *case)
         if problem:
-            break
-        expected = 2 * C * h * d_k + C * h * d_v + h * d_v * C
-        if result == expected:
-            continue
-        if result == 2 * C * d_k + C * d_v + h * d_v * C:
-            problem = "every head has its own W_Q^h, W_K^h, W_V^h: multiply those by h"
-        elif result == 2 * C * h * d_k + C * h * d_v:
-            problem = "you forgot the output projection W_O (h*d_v x C)"
-        elif result == 3 * C * h * d_k + h * d_v * C and d_k != d_v:
-            problem = "W_V^h has d_v columns, not d_k"
-        else:
-            problem = f"for C={C}, h={h}, d_k={d_k}, d_v={d_v}: expected {expected}, got {result}"
-        break
-    return report("parameter count", problem)
+            return problem
+        counts.append(_as_count(result))
+        if counts[-1] is None:
+            return f"expected a number; got {type(result).__name__}"
+    expected = [2 * C * h * d_k + C * h * d_v + h * d_v * C for C, h, d_k, d_v in _CASES]
+    if counts == expected:
+        return None
+    if all(c == counts[0] for c in counts):
+        return "it returns the same number for every C, h, d_k, d_v: use the arguments"
+    mistakes = [_count_mistakes(*case) for case in _CASES]
+    for message in mistakes[0]:  # a mistake is named when its formula fits every case
+        if all(c == m[message] for c, m in zip(counts, mistakes)):
+            return message
+    i = next(i for i, (c, e) in enumerate(zip(counts, expected)) if c != e)
+    C, h, d_k, d_v = _CASES[i]
+    return (
+        f"for C={C}, h={h}, d_k={d_k}, d_v={d_v}: expected {expected[i]}, got {_shown(counts[i])}"
+    )

@@ -1,9 +1,14 @@
 """Checkers for notebook 01 (self-attention without weights).
 
-- `check_softmax(fn)`: a row-wise, numerically stable softmax;
-- `check_scaled_dot_product_attention(fn)`: fn(q, k, v) -> output or (output, weights);
+- `check_softmax(fn)`: a softmax over the last axis of x of any shape (..., M), each row
+  stable on its own: 1-D, 2-D and 3-D input, rows far apart, large logits in float32 and
+  float64, integer input;
+- `check_scaled_dot_product_attention(fn)`: fn(q, k, v) -> output or (output, weights), for
+  q (N, d_k), k (M, d_k), v (M, d_v) with N != M, d_k != d_v and large scores;
 - `check_diagonal_counterexample(fn)`: fn() -> X (N, C) whose unweighted attention weights
   break the claim α_ij <= max(α_ii, α_jj), with no two tokens parallel.
+
+Answers may be numpy arrays, lists or torch tensors (see `_base`).
 """
 
 from __future__ import annotations
@@ -13,7 +18,17 @@ import math
 import numpy as np
 
 from ..attention import scaled_dot_product_attention, self_attention, softmax
-from ._base import as_array, close, diagnose, report, run
+from ._base import (
+    GENERIC,
+    as_array,
+    checker,
+    close,
+    diagnose,
+    in_case,
+    mismatch,
+    run,
+    to_numpy,
+)
 
 __all__ = [
     "check_diagonal_counterexample",
@@ -21,177 +36,243 @@ __all__ = [
     "check_softmax",
 ]
 
+# (what is special, x): the order matters, each case catching what the earlier ones cannot.
+_SOFTMAX_CASES = (
+    ("a small matrix", np.array([[1.0, 2.0, 3.0], [2.0, -1.0, 0.5]])),
+    ("large logits in float32", np.array([[1e4, 0, -1e4], [3, 1e4, 1e4]], dtype=np.float32)),
+    ("rows far apart, [[0, 1], [-1e4, -1e4 + 1]]", np.array([[0.0, 1.0], [-1e4, -1e4 + 1]])),
+    ("1-D input (one row)", np.array([0.5, -1.0, 2.0])),
+    (
+        "3-D input (2, 3, 4) with rows far apart",
+        np.random.default_rng(5).normal(size=(2, 3, 4))
+        + np.array([0.0, -300, 50, 800, -1e4, 2]).reshape(2, 3, 1),  # one offset per row
+    ),
+    ("large logits in float64", np.array([[1e3, 999.0, -1e3], [-1e3, 0.0, 1e3]])),
+    ("integer input", np.array([[1, 2, 3], [4, 4, 4]])),
+)
 
-def check_softmax(fn) -> bool:
-    """Check a learner's softmax(x) that normalises over the last axis."""
-    name = "softmax"
-    x = np.array([[1.0, 2.0, 3.0], [2.0, -1.0, 0.5]])  # (2, 3)
-    result, problem = run(fn, x.copy())
-    if problem is None:
-        result, problem = as_array(result, x.shape)
-    if problem is None and not close(result, softmax(x)):
-        e = np.exp(x)
-        problem = diagnose(
-            result,
-            {
-                "it normalises over the wrong axis: each ROW must sum to 1 (use axis=-1)": e
-                / e.sum(axis=0, keepdims=True),
-                "it divides by the sum of the whole matrix, not of each row": e / e.sum(),
-                "it returns exp(x) without dividing by the row sum": e,
-                "it divides x by its row sum without exponentiating": x
-                / x.sum(axis=-1, keepdims=True),
-            },
-        ) or ("wrong values: expected softmax(x) with rows summing to 1")
-    if problem is None:
-        big = np.array([[1e4, 0.0, -1e4]], dtype=np.float32)  # (1, 3)
-        with np.errstate(all="ignore"):
-            result, problem = run(fn, big.copy())
-        if problem is None:
-            result, problem = as_array(result, big.shape)
-        if problem is None and not np.all(np.isfinite(result)):
-            problem = (
-                "it overflows for large logits (1e4 gives inf/NaN): subtract each row's "
-                "maximum before exp"
+
+def _softmax_mistakes(x: np.ndarray) -> dict[str, np.ndarray]:
+    """The outputs of the usual wrong softmaxes, keyed by what is wrong."""
+    x = x.astype(np.result_type(x.dtype, np.float32))  # float32 stays float32: same overflow
+
+    def normalise(z, shift, over=-1):  # exp(z - shift), divided by its sums over `over`
+        e = np.exp(z - shift)
+        return e / e.sum(axis=over, keepdims=True)
+
+    m = x.max(axis=-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        return {
+            "it normalises over the wrong axis: each ROW must sum to 1 (use axis=-1)": (
+                normalise(x, x.max(axis=0, keepdims=True), over=0)
+            ),
+            "it divides by the sum of the whole array, not of each row": normalise(
+                x, x.max(), None
+            ),
+            "it returns exp(x) without dividing by the row sum": np.exp(x),
+            "it divides x by its row sum without exponentiating": x / x.sum(-1, keepdims=True),
+            "it subtracts ONE maximum for the whole array instead of each row's own: a row far "
+            "below the others becomes 0/0 = NaN (use x.max(axis=-1, keepdims=True))": (
+                normalise(x, x.max())
+            ),
+            "it subtracts each column's maximum (axis=0): the constant must be the same for the "
+            "whole row, its maximum (axis=-1)": normalise(x, x.max(axis=0, keepdims=True)),
+            "it subtracts each row's MINIMUM: subtract the maximum, so every exponent is <= 0": (
+                normalise(x, x.min(axis=-1, keepdims=True))
+            ),
+            "it divides by the row's maximum of exp, not by the row's sum": (
+                np.exp(x - m) / np.exp(x - m).max(axis=-1, keepdims=True)
+            ),
+            "it returns log-softmax (the log of the weights): exponentiate, then normalise": (
+                x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+            ),
+        }
+
+
+def _softmax_case(fn, label: str, x: np.ndarray) -> str | None:
+    """What is wrong with fn on one input x, or None."""
+    raw, problem = run(fn, x, names=("x",))
+    if problem is not None:
+        return problem
+    if np.issubdtype(to_numpy(raw).dtype, np.integer):
+        return (
+            f"with {label} it returns integers: the weights are fractions (an output buffer "
+            "like np.zeros_like(x) keeps x's integer dtype; use dtype=float)"
+        )
+    result, problem = as_array(raw, x.shape)
+    expected = softmax(x.astype(np.float64))
+    if problem is not None or close(result, expected):
+        return problem
+    problem = diagnose(result, _softmax_mistakes(x))
+    if problem is None and not np.all(np.isfinite(result)):
+        problem = (
+            f"it returns inf or NaN for {label}: subtract each row's maximum before exp "
+            "(exp(1e4) overflows, and a row of exp(-1e4) = 0 gives 0/0)"
+        )
+    return problem or mismatch(result, expected, f"softmax over the last axis for {label}")
+
+
+@checker("softmax")
+def check_softmax(fn):
+    """Check a learner's softmax(x): over the last axis, for x of any shape (..., M).
+
+    Every row must be stable on its own (subtract each row's maximum), for float32,
+    float64 and integer input. Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
+    for label, x in _SOFTMAX_CASES:
+        problem = _softmax_case(fn, label, x)
+        if problem is not None and x.ndim != 2 and problem.startswith(GENERIC):
+            return (
+                f"it works on 2-D input only ({label}: {problem}); use axis=-1 and "
+                "keepdims=True, so that any number of leading axes works"
             )
-        elif problem is None and not close(result, [[1.0, 0.0, 0.0]]):
-            problem = "wrong values for large logits: expected [1, 0, 0]"
-    return report(name, problem)
+        if problem is not None:
+            return problem
+    return None
 
 
 def _attention_mistakes(q, k, v) -> dict[str, np.ndarray]:
     """The outputs of the usual wrong versions of softmax(q kᵀ / √d_k) v, by diagnosis."""
-    d_k, d_v = q.shape[-1], v.shape[-1]
+    (N, d_k), (M, d_v) = q.shape, v.shape
     scores = q @ k.T  # (N, M)
-    scores_t = k @ q.T  # (M, N): the transposed scores; square in the checker's first case
     s = math.sqrt(d_k)
-    return {
+    mistakes = {
         "the 1/√d_k scale is missing: divide the scores q @ k.T by √d_k": softmax(scores) @ v,
         "it divides the scores by d_k; divide by √d_k (np.sqrt(d_k))": softmax(scores / d_k) @ v,
         "it divides by √d_v; the scale uses the width of the queries and keys, d_k = q.shape[-1]": (
             softmax(scores / math.sqrt(d_v)) @ v
         ),
-        "softmax over the wrong axis: normalise each ROW (axis=-1), one row per query": (
-            softmax(scores / s, axis=0) @ v
-        ),
-        "the scores are transposed: use q @ k.T (rows = queries), not k @ q.T": (
-            softmax(scores_t / s) @ v
-        ),
-        "the weights are transposed: rows must be queries, each row summing to 1": (
-            softmax(scores_t / s, axis=0) @ v
-        ),
+        "it divides by the square root of a number of tokens (N or M); the scale is √d_k, "
+        "with d_k = q.shape[-1]": softmax(scores / math.sqrt(M)) @ v,
         "it scales after the softmax: divide the scores by √d_k BEFORE the softmax": (
             softmax(scores) / s @ v
         ),
+        "softmax over the wrong axis: normalise each ROW (axis=-1), one row per query": (
+            softmax(scores / s, axis=0) @ v
+        ),
     }
+    if N == M:  # transposed scores keep their shape only when N = M
+        mistakes |= {
+            "the scores are transposed: use q @ k.T (rows = queries), not k @ q.T": (
+                softmax(scores.T / s) @ v
+            ),
+            "the weights are transposed: rows must be queries, each row summing to 1": (
+                softmax(scores.T / s, axis=0) @ v
+            ),
+        }
+    return mistakes
 
 
-def _attention_output(result, N: int, M: int, d_v: int, weights: np.ndarray):
+def _attention_output(result, N: int, M: int, d_v: int, expected, weights):
     """Take the output from a learner's result (an array or an (output, weights) pair)."""
     if isinstance(result, (tuple, list)) and len(result) == 2:
-        result = result[0]
-    try:
-        arr = np.asarray(result, dtype=float)
-    except (TypeError, ValueError):
-        return None, f"expected an array of shape ({N}, {d_v}); got {type(result).__name__}"
-    if arr.shape == (N, M) and arr.shape != (N, d_v):
+        first, second = (to_numpy(r) for r in result)
+        if first.shape == (N, M) and second.shape == (N, d_v) and close(second, expected):
+            return None, "the pair is in the wrong order: return (output, weights)"
+        result = first
+    arr, problem = as_array(result, None)
+    if problem is None and arr.shape == (N, M) and arr.shape != (N, d_v):
         if close(arr, weights):
             return None, "it returns the attention weights: multiply them by v to get the output"
         return None, (
             f"it returns an (N, M) = {arr.shape} matrix: the output is weights @ v, of shape "
             f"(N, d_v) = ({N}, {d_v})"
         )
-    return as_array(arr, (N, d_v))
+    return (None, problem) if problem else as_array(arr, (N, d_v))
 
 
-def _run_attention(fn, q, k, v):
-    """Call fn(q, k, v); add a hint when the shapes of a matrix product did not line up."""
-    result, problem = run(fn, q.copy(), k.copy(), v.copy())
-    if problem is not None and ("mismatch" in problem or "not aligned" in problem):
-        problem = (
-            "a matrix product's shapes do not line up: the scores are q @ k.T, "
-            "(N, d_k) @ (d_k, M) (did you forget to transpose k?)"
-        )
-    return result, problem
+# (N, M, d_k, d_v, size of q, what is new): first N = M, so that transposed scores keep their
+# shape and can be recognised; then other sizes; then scores of about 1e3.
+_ATTENTION_CASES = (
+    (5, 5, 4, 3, 1.0, ""),
+    (3, 6, 5, 2, 1.0, "N != M and other d_k, d_v: are the sizes read from q, k, v?"),
+    (4, 7, 3, 5, 1e3, "scores of about 1e3"),
+)
 
 
-def check_scaled_dot_product_attention(fn) -> bool:
+@checker("scaled dot-product attention")
+def check_scaled_dot_product_attention(fn):
     """Check a learner's fn(q, k, v) -> softmax(q kᵀ / √d_k) v for 2-D q (N, d_k), k (M, d_k),
-    v (M, d_v). fn may return the output (N, d_v) or a pair (output, weights)."""
-    name = "scaled dot-product attention"
+    v (M, d_v). fn may return the output (N, d_v) or a pair (output, weights).
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
     rng = np.random.default_rng(1)
-    problem = None
-    # First a square case (N = M) so that transposed scores still have the right shape and
-    # can be recognised; then N != M and d_k != d_v to catch mixed-up sizes.
-    for N, M, d_k, d_v in ((5, 5, 4, 3), (3, 6, 4, 2)):
-        q = rng.normal(size=(N, d_k))  # (N, d_k)
+    for N, M, d_k, d_v, size, hint in _ATTENTION_CASES:
+        q = size * rng.normal(size=(N, d_k))  # (N, d_k)
         k = rng.normal(size=(M, d_k))  # (M, d_k)
         v = rng.normal(size=(M, d_v))  # (M, d_v)
         expected, weights = scaled_dot_product_attention(q, k, v)  # (N, d_v), (N, M)
-        result, problem = _run_attention(fn, q, k, v)
-        if problem is None:
-            result, problem = _attention_output(result, N, M, d_v, weights)
-        if problem is None and not close(result, expected):
-            problem = diagnose(result, _attention_mistakes(q, k, v)) or (
-                "wrong values: expected softmax(q @ k.T / √d_k, axis=-1) @ v"
+        result, problem = run(fn, q, k, v, names=("q", "k", "v"))
+        if problem is not None and ("mismatch" in problem or "not aligned" in problem):
+            return (
+                "a matrix product's shapes do not line up: the scores are q @ k.T, "
+                "(N, d_k) @ (d_k, M) (did you forget to transpose k?)"
             )
+        if problem is None:
+            result, problem = _attention_output(result, N, M, d_v, expected, weights)
+        if problem is None and not close(result, expected):
+            problem = diagnose(result, _attention_mistakes(q, k, v))
+            if problem is None and size > 1 and not np.all(np.isfinite(result)):
+                problem = (
+                    "it returns inf or NaN when the scores are large (about 1e3): use a stable "
+                    "softmax, which subtracts each row's maximum before exp"
+                )
+            problem = problem or mismatch(result, expected, "softmax(q @ k.T / √d_k) @ v")
         if problem is not None:
-            break
-    return report(name, problem)
+            return in_case(problem, hint) if hint else problem
+    return None
 
 
-def check_diagonal_counterexample(fn) -> bool:
+@checker("diagonal counterexample")
+def check_diagonal_counterexample(fn):
     """Check that fn() returns X (N, C), no two tokens parallel, whose self-attention weights
-    α = softmax(X Xᵀ / √C) have a pair i != j with α_ij > max(α_ii, α_jj)."""
-    name = "diagonal counterexample"
+    α = softmax(X Xᵀ / √C) have a pair i != j with α_ij > max(α_ii, α_jj).
+    Arrays are read by value: numpy, nested lists or torch tensors alike.
+    """
     result, problem = run(fn)
     if problem is None:
-        try:
-            X = np.asarray(result, dtype=float)
-        except (TypeError, ValueError):
-            X, problem = None, f"expected a matrix X of shape (N, C); got {type(result).__name__}"
-    if problem is None and X.ndim != 2:
-        problem = f"expected a matrix X of shape (N, C); got shape {X.shape}"
-    elif problem is None and not np.all(np.isfinite(X)):
-        problem = "X contains inf or NaN: use finite numbers"
-    elif problem is None and X.shape[0] < 3:
-        problem = (
+        X, problem = as_array(result, None, "a matrix X (N, C)")
+    if problem is not None:
+        return problem
+    if X.ndim != 2:
+        return f"expected a matrix X of shape (N, C); got shape {X.shape}"
+    if not np.all(np.isfinite(X)):
+        return "X contains inf or NaN: use finite numbers"
+    if X.shape[0] < 3:
+        return (
             f"X has N = {X.shape[0]} tokens; with fewer than 3 tokens the claim holds "
             "(it reduces to the raw-score bound): use at least 3"
         )
-    if problem is None:
-        norms = np.linalg.norm(X, axis=1)  # (N,)
-        cos = (X @ X.T) / np.outer(norms, norms).clip(min=1e-300)  # (N, N) cosines
-        np.fill_diagonal(cos, 0.0)
-        if np.any(norms == 0):
-            problem = "a token is the zero vector: give every token a nonzero vector"
-        elif np.any(np.abs(cos) > 1 - 1e-9):
-            i, j = np.argwhere(np.abs(cos) > 1 - 1e-9)[0]
-            problem = (
-                f"tokens {i} and {j} are parallel; tokens on one line are the easy case shown in "
-                "the notebook: make every pair point in different directions (C >= 2)"
-            )
-    if problem is None:
-        _, A = self_attention(X)  # (N, N)
-        d = np.diag(A)  # (N,)
-        beats_own_diag = A > d[:, None] + 1e-9  # alpha_ij > alpha_ii
-        violations = A > np.maximum.outer(d, d) + 1e-9  # alpha_ij > max(alpha_ii, alpha_jj)
-        np.fill_diagonal(beats_own_diag, False)
-        np.fill_diagonal(violations, False)
-        if violations.any():
-            pass
-        elif np.allclose(norms, norms[0]):
-            problem = (
-                "all your tokens have the same norm, so every row's largest weight is its "
-                "diagonal: give token j a larger norm than token i"
-            )
-        elif not beats_own_diag.any():
-            problem = (
-                "no token attends more to another token than to itself: for α_ij > α_ii token j "
-                "needs x_i·x_j > |x_i|² (a longer vector pointing a similar way)"
-            )
-        else:
-            problem = (
-                "some α_ij beats α_ii, but α_jj is still larger: lower α_jj by giving row j a "
-                "competitor k with x_j·x_k > |x_j|²"
-            )
-    return report(name, problem)
+    norms = np.linalg.norm(X, axis=1)  # (N,)
+    if np.any(norms == 0):
+        return "a token is the zero vector: give every token a nonzero vector"
+    cos = (X @ X.T) / np.outer(norms, norms)  # (N, N) cosines
+    np.fill_diagonal(cos, 0.0)
+    if np.any(np.abs(cos) > 1 - 1e-9):
+        i, j = np.argwhere(np.abs(cos) > 1 - 1e-9)[0]
+        return (
+            f"tokens {i} and {j} are parallel; tokens on one line are the easy case shown in "
+            "the notebook: make every pair point in different directions (C >= 2)"
+        )
+    _, A = self_attention(X)  # (N, N)
+    d = np.diag(A)  # (N,)
+    beats_own_diag = A > d[:, None] + 1e-9  # alpha_ij > alpha_ii
+    violations = A > np.maximum.outer(d, d) + 1e-9  # alpha_ij > max(alpha_ii, alpha_jj)
+    np.fill_diagonal(beats_own_diag, False)
+    np.fill_diagonal(violations, False)
+    if violations.any():
+        return None
+    if np.allclose(norms, norms[0]):
+        return (
+            "all your tokens have the same norm, so every row's largest weight is its "
+            "diagonal: give token j a larger norm than token i"
+        )
+    if not beats_own_diag.any():
+        return (
+            "no token attends more to another token than to itself: for α_ij > α_ii token j "
+            "needs x_i·x_j > |x_i|² (a longer vector pointing a similar way)"
+        )
+    return (
+        "some α_ij beats α_ii, but α_jj is still larger: lower α_jj by giving row j a "
+        "competitor k with x_j·x_k > |x_j|²"
+    )

@@ -1,0 +1,73 @@
+"""Every checker of every notebook prints exactly one line, returns a bool and never raises,
+whatever the function under test returns or does."""
+
+import importlib
+import pkgutil
+
+import numpy as np
+import pytest
+import torch
+
+import mha_lib.exercises
+
+MODULES = [
+    importlib.import_module(f"mha_lib.exercises.{m.name}")
+    for m in pkgutil.iter_modules(mha_lib.exercises.__path__)
+    if m.name.startswith("nb")
+]
+CHECKERS = [getattr(mod, name) for mod in MODULES for name in mod.__all__]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[1])
+def test_every_notebook_has_at_least_two_checked_exercises(module):
+    checks = [name for name in module.__all__ if name.startswith("check_")]
+    assert len(checks) >= 2, module.__name__
+
+
+class Weird:
+    """An object that refuses to be compared or converted."""
+
+    def __eq__(self, other):
+        raise RuntimeError("no comparisons")
+
+    def __array__(self, *args, **kwargs):
+        raise RuntimeError("no arrays")
+
+    def __iter__(self):
+        raise RuntimeError("no iteration")
+
+    __hash__ = object.__hash__
+
+
+STRANGE_ANSWERS = [
+    object(),
+    Weird(),
+    (Weird(), Weird()),
+    "text",
+    {"a": 1},
+    [[1, 2], [3]],  # ragged
+    np.array(["a", "b"]),
+    np.full((3, 3), np.nan),
+    torch.zeros(2, 2, dtype=torch.complex64),
+    (i for i in range(3)),
+    float("inf"),
+    (np.zeros(3), np.zeros(3), np.zeros(3)),
+    [torch.zeros(1), None],
+]
+
+
+@pytest.mark.parametrize("checker", CHECKERS, ids=lambda c: c.__name__)
+@pytest.mark.parametrize("answer", STRANGE_ANSWERS, ids=lambda a: type(a).__name__)
+def test_checkers_never_raise(checker, answer, capsys):
+    passed = checker(lambda *args: answer)
+    lines = capsys.readouterr().out.splitlines()
+    assert passed is False and len(lines) == 1 and lines[0].startswith("✗ "), lines
+
+
+@pytest.mark.parametrize("checker", CHECKERS, ids=lambda c: c.__name__)
+def test_checkers_report_a_crash_of_the_function(checker, capsys):
+    def crash(*args):
+        raise KeyError("boom")
+
+    assert checker(crash) is False
+    assert "raised KeyError: 'boom'" in capsys.readouterr().out
