@@ -8,6 +8,10 @@ Each piece is derived in a notebook first and then lives here:
 - `exercises`: checkers for the notebooks' exercises;
 - `pytorch`: the PyTorch module (notebook 04; imports torch, so import it explicitly);
 - `block`: a Transformer encoder block around it (notebook 04; imports torch);
+- `pretrained`: the pretrained encoder all-MiniLM-L6-v2 run through our attention, its
+  tokenizer and mean pooling (notebook 05; imports torch, safetensors, tokenizers);
+- `head_roles`, `role_sentences`: the scores that measure what its heads do, and the
+  hand-marked sentences they are measured on (notebook 05);
 - `toy_tasks`, `toy_models`, `training`, `circuits`: small tasks, attention-only models, a
   seeded training loop and head scores / QK and OV circuits (notebook 06; import torch);
 - `conv`: a k×k convolution computed as multi-head self-attention with k² heads
