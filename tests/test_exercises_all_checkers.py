@@ -71,3 +71,12 @@ def test_checkers_report_a_crash_of_the_function(checker, capsys):
 
     assert checker(crash) is False
     assert "raised KeyError: 'boom'" in capsys.readouterr().out
+
+
+def test_no_two_notebooks_export_the_same_checker_name():
+    """`mha_lib.exercises` re-exports every notebook's checkers: a repeated name would hide one."""
+    names = [name for mod in MODULES for name in mod.__all__]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    # every checker is importable from mha_lib.exercises, except nb04's (imported explicitly)
+    nb04 = next(mod for mod in MODULES if mod.__name__.endswith(".nb04"))
+    assert set(names) - set(nb04.__all__) <= set(mha_lib.exercises.__all__)

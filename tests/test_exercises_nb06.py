@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mha_lib.exercises import check_induction_score, check_previous_token_score
+from mha_lib.exercises import check_induction_score, check_per_head_previous_token_score
 
 
 def verdict(capsys) -> str:
@@ -16,18 +16,20 @@ def verdict(capsys) -> str:
 # previous_token_score ---------------------------------------------------------------------------
 
 
-def test_check_previous_token_score_accepts_correct_forms(capsys):
-    assert check_previous_token_score(lambda A: np.diagonal(A, -1, -2, -1).mean(axis=(0, 2)))
-    assert "✓ previous_token_score: correct" in verdict(capsys)
+def test_check_per_head_previous_token_score_accepts_correct_forms(capsys):
+    assert check_per_head_previous_token_score(
+        lambda A: np.diagonal(A, -1, -2, -1).mean(axis=(0, 2))
+    )
+    assert "✓ per_head_previous_token_score: correct" in verdict(capsys)
     # a loop over queries
-    assert check_previous_token_score(
+    assert check_per_head_previous_token_score(
         lambda A: (
             sum(A[:, :, i, i - 1] for i in range(1, A.shape[-1])).mean(axis=0) / (A.shape[-1] - 1)
         )
     )
     assert "✓" in verdict(capsys)
     # fancy indexing, returning a list
-    assert check_previous_token_score(
+    assert check_per_head_previous_token_score(
         lambda A: list(
             A[:, :, np.arange(1, A.shape[-1]), np.arange(A.shape[-1] - 1)].mean(axis=(0, 2))
         )
@@ -55,10 +57,10 @@ def _prev(A, offset):
         (lambda A: 1 / 0, "raised ZeroDivisionError"),
     ],
 )
-def test_check_previous_token_score_rejects_mistakes(capsys, wrong, message):
-    assert not check_previous_token_score(wrong)
+def test_check_per_head_previous_token_score_rejects_mistakes(capsys, wrong, message):
+    assert not check_per_head_previous_token_score(wrong)
     out = verdict(capsys)
-    assert out.startswith("✗ previous_token_score:") and message in out
+    assert out.startswith("✗ per_head_previous_token_score:") and message in out
 
 
 # induction_score --------------------------------------------------------------------------------

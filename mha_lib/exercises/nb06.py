@@ -1,7 +1,7 @@
 """Checkers for notebook 06 (heads that learn to specialise).
 
-- `check_previous_token_score(fn)`: fn(A (B, h, N, N)) -> (h,), the mean weight from query i
-  on key i - 1 over i >= 1 and over the batch;
+- `check_per_head_previous_token_score(fn)`: fn(A (B, h, N, N)) -> (h,), the mean weight from
+  query i on key i - 1 over i >= 1 and over the batch;
 - `check_induction_score(fn)`: fn(A (B, h, 2T, 2T), T) -> (h,), the mean weight from query i
   of the second copy (T <= i < 2T) on key i - T + 1, the token after the previous occurrence.
 
@@ -16,7 +16,7 @@ import numpy as np
 
 from ._base import as_array, checker, close, diagnose, run
 
-__all__ = ["check_induction_score", "check_previous_token_score"]
+__all__ = ["check_induction_score", "check_per_head_previous_token_score"]
 
 
 def _weights(seed: int, B: int, h: int, N: int) -> np.ndarray:
@@ -56,8 +56,8 @@ def _previous_mistakes(A: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-@checker("previous_token_score")
-def check_previous_token_score(fn):
+@checker("per_head_previous_token_score")
+def check_per_head_previous_token_score(fn):
     """Check fn(A (B, h, N, N)) -> (h,) = mean over b and i >= 1 of A[b, :, i, i - 1]."""
     problem = None
     for seed, (B, h, N) in enumerate(((3, 2, 7), (1, 4, 5))):
