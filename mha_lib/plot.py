@@ -51,11 +51,11 @@ def _colour_limits(A: np.ndarray, vmin, vmax, mask) -> tuple[float, float, bool]
 
 
 def colorbar_label(label: str, lo: float, hi: float, scaled: bool, masked: bool) -> str:
-    """The colour bar's text, e.g. 'weight (colour scaled to data: 0.06–0.12)'."""
+    """The colour bar's text, e.g. 'weight (colour scaled to data: 0.06–0.12)' on two lines."""
     parts = [f"colour scaled to data: {lo:.2f}–{hi:.2f}"] if scaled else []
     if masked:
         parts.append("hatched grey = masked")
-    return f"{label} ({'; '.join(parts)})" if parts else label
+    return label + "\n(" + ";\n".join(parts) + ")" if parts else label
 
 
 def _draw(ax, A, x_tokens, y_tokens, title, lo, hi, cmap, annotate, mask=None):
@@ -180,11 +180,12 @@ def plot_heads(
     keys = key_tokens if key_tokens is not None else tokens
     ncols = min(ncols, h)
     nrows = -(-h // ncols)
-    side = 1.0 + 0.35 * max(W.shape[-1], 4)
+    width = 1.0 + 0.35 * max(W.shape[2], 4)  # inches per panel: M keys across
+    height = 2.0 + 0.35 * max(W.shape[1], 4)  # N queries down, plus titles and tick labels
     fig, axes = plt.subplots(
         nrows,
         ncols,
-        figsize=(side * ncols + 1.0, side * nrows * max(W.shape[1], 4) / max(W.shape[2], 4)),
+        figsize=(width * ncols + 1.0, height * nrows),
         squeeze=False,
         layout="constrained",
     )

@@ -56,7 +56,7 @@ def test_colour_limits_follow_the_data_when_asked_and_ignore_masked_cells():
     lo, hi = ax.images[0].get_clim()
     assert (lo, hi) == (A.min(), A.max())
     label = colorbar_of(ax).ax.get_ylabel()
-    assert label == f"weight (colour scaled to data: {A.min():.2f}–{A.max():.2f})"
+    assert label == f"weight\n(colour scaled to data: {A.min():.2f}–{A.max():.2f})"
     mask = np.ones((6, 6), bool)
     mask[:, 0] = False
     A_masked = A.copy()
@@ -69,7 +69,7 @@ def test_scores_label_and_one_sided_scaling():
     S = np.arange(9.0).reshape(3, 3) - 4
     ax = plot_attention(S, vmin=None, vmax=None, label="score")
     assert ax.images[0].get_clim() == (-4.0, 4.0)
-    assert colorbar_of(ax).ax.get_ylabel().startswith("score (colour scaled to data")
+    assert colorbar_of(ax).ax.get_ylabel().startswith("score\n(colour scaled to data")
     ax2 = plot_attention(S, vmin=0.0, vmax=None)
     assert ax2.images[0].get_clim() == (0.0, 4.0)
 
