@@ -180,7 +180,7 @@ def plot_heads(
     keys = key_tokens if key_tokens is not None else tokens
     ncols = min(ncols, h)
     nrows = -(-h // ncols)
-    width = 1.0 + 0.35 * max(W.shape[2], 4)  # inches per panel: M keys across
+    width = 1.4 + 0.35 * max(W.shape[2], 5)  # inches per panel: M keys across, and a title
     height = 2.0 + 0.35 * max(W.shape[1], 4)  # N queries down, plus titles and tick labels
     fig, axes = plt.subplots(
         nrows,
