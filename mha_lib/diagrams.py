@@ -18,6 +18,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 HEAD_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
@@ -63,7 +64,68 @@ def _arrow(ax, start, end, colour="0.35", rad=0.0):
     )
 
 
-def multi_head_dataflow(figsize=(14.0, 6.4)):
+# x positions of the data-flow diagram's columns, and its middle line
+_FLOW_X = {"X": 0.85, "qkv": 3.2, "S": 6.0, "A": 9.0, "head": 11.85, "cat": 13.85, "W_O": 15.7}
+_FLOW_X["out"] = 17.55
+_FLOW_MID = 3.15
+_BOX_W, _BOX_H, _S_W, _A_W = 2.15, 0.66, 2.5, 2.9  # box sizes: Q/K/V, height, scores, softmax
+
+
+def _flow_lane(ax, yc: float, i: str, colour: str) -> None:
+    """One head's lane: Q, K, V -> scores -> softmax -> weighted values -> concatenation."""
+    x = _FLOW_X
+    ax.text(
+        x["qkv"] - _BOX_W / 2, yc + 1.2, f"head {i}", color=colour, fontsize=12, fontweight="bold"
+    )
+    y_q, y_k, y_v = yc + 0.8, yc, yc - 0.8
+    _box(ax, x["qkv"], y_q, _BOX_W, _BOX_H, f"$Q^{i} = X W_Q^{i}$", "(N, d_k)", colour)
+    _box(ax, x["qkv"], y_k, _BOX_W, _BOX_H, f"$K^{i} = X W_K^{i}$", "(M, d_k)", colour)
+    _box(ax, x["qkv"], y_v, _BOX_W, _BOX_H, f"$V^{i} = X W_V^{i}$", "(M, d_v)", colour)
+    for y in (y_q, y_k, y_v):
+        _arrow(ax, (x["X"] + 0.75, _FLOW_MID + (y - _FLOW_MID) * 0.12), (x["qkv"] - _BOX_W / 2, y))
+    y_s = (y_q + y_k) / 2
+    score = f"$S^{i} = Q^{i} K^{{{i}\\top}} / \\sqrt{{d_k}}$"
+    _box(ax, x["S"], y_s, _S_W, _BOX_H, score, "(N, M)", colour)
+    soft = f"$A^{i} = \\mathrm{{softmax}}(S^{i})$"
+    _box(ax, x["A"], y_s, _A_W, _BOX_H, soft, "(N, M), rows sum to 1", colour)
+    head = f"$\\mathrm{{head}}_{i} = A^{i} V^{i}$"
+    _box(ax, x["head"], yc, 2.0, _BOX_H, head, "(N, d_v)", colour)
+    right = x["qkv"] + _BOX_W / 2
+    _arrow(ax, (right, y_q), (x["S"] - _S_W / 2, y_s + 0.12))
+    _arrow(ax, (right, y_k), (x["S"] - _S_W / 2, y_s - 0.12))
+    _arrow(ax, (x["S"] + _S_W / 2, y_s), (x["A"] - _A_W / 2, y_s))
+    _arrow(ax, (x["A"] + _A_W / 2, y_s), (x["head"] - 1.0, yc + 0.12))
+    _arrow(ax, (right, y_v), (x["head"] - 1.0, yc - 0.12))
+    side = 0.25 if yc > _FLOW_MID else -0.25
+    _arrow(ax, (x["head"] + 1.0, yc), (x["cat"] - 0.8, _FLOW_MID + side))
+
+
+def _flow_merge(ax) -> None:
+    """The concatenation (h column blocks side by side), W_O and the output."""
+    x, y, cw, ch = _FLOW_X["cat"], _FLOW_MID, 1.6, 1.0
+    blocks = [(HEAD_COLOURS[0], "1"), ("0.75", "…"), (HEAD_COLOURS[1], "h")]
+    for b, (colour, label) in enumerate(blocks):
+        left = x - cw / 2 + b * cw / 3
+        ax.add_patch(
+            Rectangle(
+                (left, y - ch / 2),
+                cw / 3,
+                ch,
+                facecolor=_tint(colour, 0.6),
+                edgecolor="0.3",
+                linewidth=1.0,
+            )
+        )
+        ax.text(left + cw / 6, y, label, ha="center", va="center")
+    ax.text(x, y + ch / 2 + 0.15, "Concat", ha="center", va="bottom", fontsize=11.5)
+    ax.text(x, y - ch / 2 - 0.12, "(N, h·d_v)", ha="center", va="top", fontsize=10)
+    _arrow(ax, (x + cw / 2, y), (_FLOW_X["W_O"] - 0.8, y))
+    _box(ax, _FLOW_X["W_O"], y, 1.6, 1.0, "$\\times\\, W_O$", "(h·d_v, C)", GREY, fontsize=13)
+    _arrow(ax, (_FLOW_X["W_O"] + 0.8, y), (_FLOW_X["out"] - 0.75, y))
+    _box(ax, _FLOW_X["out"], y, 1.5, 1.0, "output", "(N, C)", GREY, fontsize=12)
+
+
+def multi_head_dataflow(figsize=(14.0, 6.4)) -> Figure:
     """The data flow of one multi-head attention layer, every array with its shape.
 
     Two head lanes are drawn (head 1 and head h); the heads in between do the
@@ -73,68 +135,21 @@ def multi_head_dataflow(figsize=(14.0, 6.4)):
     fig, ax = plt.subplots(figsize=figsize)
     ax.set(xlim=(-0.1, 18.4), ylim=(-0.45, 6.6))
     ax.axis("off")
-    x_X, x_p, x_s, x_a, x_o, x_c, x_w, x_y = 0.85, 3.2, 6.0, 9.0, 11.85, 13.85, 15.7, 17.55
-    sw, aw = 2.5, 2.9  # widths of the score and softmax boxes
-    bw, bh = 2.15, 0.66  # box width and height
-    yc_mid = 3.15
-    lanes = [(4.8, "1", HEAD_COLOURS[0]), (1.5, "h", HEAD_COLOURS[1])]
-
-    _box(ax, x_X, yc_mid, 1.5, 1.0, "$X$", "(N, C)", GREY, fontsize=13)
-    for yc, i, colour in lanes:
-        ax.text(x_p - bw / 2, yc + 1.2, f"head {i}", color=colour, fontsize=12, fontweight="bold")
-        y_q, y_k, y_v = yc + 0.8, yc, yc - 0.8
-        _box(ax, x_p, y_q, bw, bh, f"$Q^{i} = X W_Q^{i}$", "(N, d_k)", colour)
-        _box(ax, x_p, y_k, bw, bh, f"$K^{i} = X W_K^{i}$", "(M, d_k)", colour)
-        _box(ax, x_p, y_v, bw, bh, f"$V^{i} = X W_V^{i}$", "(M, d_v)", colour)
-        for y in (y_q, y_k, y_v):
-            _arrow(ax, (x_X + 0.75, yc_mid + (y - yc_mid) * 0.12), (x_p - bw / 2, y))
-        y_s = (y_q + y_k) / 2
-        score = f"$S^{i} = Q^{i} K^{{{i}\\top}} / \\sqrt{{d_k}}$"
-        _box(ax, x_s, y_s, sw, bh, score, "(N, M)", colour)
-        soft = f"$A^{i} = \\mathrm{{softmax}}(S^{i})$"
-        _box(ax, x_a, y_s, aw, bh, soft, "(N, M), rows sum to 1", colour)
-        _box(ax, x_o, yc, 2.0, bh, f"$\\mathrm{{head}}_{i} = A^{i} V^{i}$", "(N, d_v)", colour)
-        _arrow(ax, (x_p + bw / 2, y_q), (x_s - sw / 2, y_s + 0.12))
-        _arrow(ax, (x_p + bw / 2, y_k), (x_s - sw / 2, y_s - 0.12))
-        _arrow(ax, (x_s + sw / 2, y_s), (x_a - aw / 2, y_s))
-        _arrow(ax, (x_a + aw / 2, y_s), (x_o - 1.0, yc + 0.12))
-        _arrow(ax, (x_p + bw / 2, y_v), (x_o - 1.0, yc - 0.12))
-        _arrow(ax, (x_o + 1.0, yc), (x_c - 0.8, yc_mid + (0.25 if i == "1" else -0.25)))
-    for x in (x_p, x_o):
-        ax.text(x, yc_mid, "⋮", ha="center", va="center", fontsize=20, color="0.45")
+    _box(ax, _FLOW_X["X"], _FLOW_MID, 1.5, 1.0, "$X$", "(N, C)", GREY, fontsize=13)
+    _flow_lane(ax, 4.8, "1", HEAD_COLOURS[0])
+    _flow_lane(ax, 1.5, "h", HEAD_COLOURS[1])
+    for x in (_FLOW_X["qkv"], _FLOW_X["head"]):
+        ax.text(x, _FLOW_MID, "⋮", ha="center", va="center", fontsize=20, color="0.45")
     ax.text(
-        (x_p + x_o) / 2,
-        yc_mid,
+        (_FLOW_X["qkv"] + _FLOW_X["head"]) / 2,
+        _FLOW_MID,
         "heads 2 … h−1: the same steps, each with its own weights",
         ha="center",
         va="center",
         fontsize=10.5,
         color="0.4",
     )
-
-    # the concatenation: h column blocks of width d_v side by side
-    cw, ch = 1.6, 1.0
-    for b, (colour, lab) in enumerate(
-        [(HEAD_COLOURS[0], "1"), ("0.75", "…"), (HEAD_COLOURS[1], "h")]
-    ):
-        ax.add_patch(
-            Rectangle(
-                (x_c - cw / 2 + b * cw / 3, yc_mid - ch / 2),
-                cw / 3,
-                ch,
-                facecolor=_tint(colour, 0.6),
-                edgecolor="0.3",
-                linewidth=1.0,
-            )
-        )
-        ax.text(x_c - cw / 2 + (b + 0.5) * cw / 3, yc_mid, lab, ha="center", va="center")
-    ax.text(x_c, yc_mid + ch / 2 + 0.15, "Concat", ha="center", va="bottom", fontsize=11.5)
-    ax.text(x_c, yc_mid - ch / 2 - 0.12, "(N, h·d_v)", ha="center", va="top", fontsize=10)
-    _arrow(ax, (x_c + cw / 2, yc_mid), (x_w - 0.8, yc_mid))
-    _box(ax, x_w, yc_mid, 1.6, 1.0, "$\\times\\, W_O$", "(h·d_v, C)", GREY, fontsize=13)
-    _arrow(ax, (x_w + 0.8, yc_mid), (x_y - 0.75, yc_mid))
-    _box(ax, x_y, yc_mid, 1.5, 1.0, "output", "(N, C)", GREY, fontsize=12)
-
+    _flow_merge(ax)
     ax.text(
         9.2,
         6.55,
@@ -163,7 +178,7 @@ def _cell(ax, x, y, text, face, size=0.9):
     ax.text(x + size / 2, y + size / 2, text, ha="center", va="center", fontsize=10.5)
 
 
-def head_split(N: int = 3, h: int = 2, d: int = 2, figsize=(13.5, 6.6)):
+def head_split(N: int = 3, h: int = 2, d: int = 2, figsize=(13.5, 6.6)) -> Figure:
     """Which features go to which head, for one sequence of a batch (B = 1 shown).
 
     Entry 10*t + f is feature f of token t. Colour = the head a feature
