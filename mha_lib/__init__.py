@@ -3,8 +3,11 @@
 Each piece is derived in a notebook first and then lives here:
 - `attention`: softmax, scaled dot-product attention, unweighted
   self-attention, causal and padding masks (notebook 01);
-- `multihead`: multi-head attention, per-head loop and vectorised (notebook 03);
+- `multihead`: multi-head attention, per-head loop and vectorised, self- and
+  cross-attention (notebook 03);
 - `plot`: the attention heatmaps used by every notebook (import it explicitly);
+- `diagrams`: schematic figures of the data flow and of the head split
+  (notebook 03; import it explicitly);
 - `exercises`: checkers for the notebooks' exercises;
 - `pytorch`: the PyTorch module (notebook 04; imports torch, so import it explicitly);
 - `block`: a Transformer encoder block around it (notebook 04; imports torch);

@@ -1,9 +1,12 @@
 """Multi-head attention in numpy: the per-head loop and the vectorised version.
 
 Derived in notebook 03. Notation (the same in every notebook):
-- X (N, C) or (B, N, C): N tokens with C features each;
-- W_q, W_k (C, h*d_k), W_v (C, h*d_v): the h per-head projections
-  W_Q^h, W_K^h, W_V^h side by side, head i owning columns i*d_k:(i+1)*d_k;
+- X (N, C) or (B, N, C): N tokens with C features each, the queries' side;
+- X_kv (M, C_kv) or (B, M, C_kv): the keys' and values' side in
+  cross-attention (omitted in self-attention, where it is X);
+- W_q (C, h*d_k), W_k (C_kv, h*d_k), W_v (C_kv, h*d_v): the h per-head
+  projections W_Q^h, W_K^h, W_V^h side by side, head i owning columns
+  i*d_k:(i+1)*d_k;
 - W_o (h*d_v, C): the output projection applied to the concatenated heads.
 
 `multi_head_attention_loop` is the textbook version (split the weights, one
@@ -21,50 +24,78 @@ import numpy as np
 from ._checks import as_float_array, check_mask, check_ndim, check_num_heads
 from .attention import scaled_dot_product_attention
 
-# Budget for the (B, h, rows, N) score block of the vectorised version.
+# Budget for the (B, h, rows, M) score block of the vectorised version.
 SCRATCH_BYTES = 16 * 2**20
 
 
-def _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask):
+def _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask, X_kv=None):
     """Validate and convert the arguments shared by both implementations.
 
-    Returns (X, W_q, W_k, W_v, W_o, mask, batched) with X always (B, N, C).
+    X_kv is the sequence the keys and values come from (None: X itself).
+    Returns (X, X_kv, W_q, W_k, W_v, W_o, mask, batched) with X (B, N, C)
+    and X_kv (B, M, C_kv) always batched.
     """
     X = as_float_array(X, "X")
     check_ndim(X, "X", (2, 3), "(N, C) or (B, N, C)")
     batched = X.ndim == 3
-    C = X.shape[-1]
+    cross = X_kv is not None
+    if cross:
+        X_kv = as_float_array(X_kv, "X_kv")
+        if batched and (X_kv.ndim != 3 or X_kv.shape[0] != X.shape[0]):
+            raise ValueError(
+                f"X_kv has shape {X_kv.shape}; expected (B, M, C_kv) with B = {X.shape[0]} "
+                f"from X of shape {X.shape}"
+            )
+        if not batched and X_kv.ndim != 2:
+            raise ValueError(
+                f"X_kv has shape {X_kv.shape}; expected (M, C_kv), unbatched like X of "
+                f"shape {X.shape}"
+            )
+    else:
+        X_kv = X
+    C, C_kv = X.shape[-1], X_kv.shape[-1]
     Ws = []
     for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
         W = as_float_array(W, name)
         what = "d_v" if name == "W_v" else "d_k"
-        if W.ndim != 2 or W.shape[0] != C:
+        rows, src = ("C", "X") if name == "W_q" or not cross else ("C_kv", "X_kv")
+        width = C if rows == "C" else C_kv
+        if W.ndim != 2 or W.shape[0] != width:
             raise ValueError(
-                f"{name} has shape {W.shape}; expected (C, h*{what}) with C = {C} from X"
+                f"{name} has shape {W.shape}; expected ({rows}, h*{what}) with "
+                f"{rows} = {width} from {src}"
             )
         check_num_heads(num_heads, W.shape[1], name, what)
         Ws.append(W)
     W_q, W_k, W_v = Ws
-    if W_k.shape != W_q.shape:
+    if W_k.shape[1] != W_q.shape[1]:
+        expected = (C_kv, W_q.shape[1])
+        why = (
+            "the shape of W_q"
+            if not cross
+            else f"(C_kv, h*d_k) with h*d_k = {W_q.shape[1]} from W_q"
+        )
         raise ValueError(
-            f"W_k has shape {W_k.shape}; expected {W_q.shape}, the shape of W_q "
-            "(queries and keys share d_k)"
+            f"W_k has shape {W_k.shape}; expected {expected}, {why} (queries and keys share d_k)"
         )
     W_o = as_float_array(W_o, "W_o")
     if W_o.ndim != 2 or W_o.shape[0] != W_v.shape[1]:
         raise ValueError(
             f"W_o has shape {W_o.shape}; expected (h*d_v, C) with h*d_v = {W_v.shape[1]} from W_v"
         )
-    dtype = np.result_type(X, W_q, W_k, W_v, W_o)
-    X, W_q, W_k, W_v, W_o = (a.astype(dtype, copy=False) for a in (X, W_q, W_k, W_v, W_o))
+    dtype = np.result_type(X, X_kv, W_q, W_k, W_v, W_o)
+    X, X_kv, W_q, W_k, W_v, W_o = (
+        a.astype(dtype, copy=False) for a in (X, X_kv, W_q, W_k, W_v, W_o)
+    )
     if not batched:
-        X = X[None]  # (1, N, C)
+        X, X_kv = X[None], X_kv[None]  # (1, N, C), (1, M, C_kv)
     B, N, _ = X.shape
+    M = X_kv.shape[1]
     if mask is not None:
-        target = (B, num_heads, N, N) if batched else (num_heads, N, N)
-        expected = "(B, h, N, N)" if batched else "(h, N, N)"
+        target = (B, num_heads, N, M) if batched else (num_heads, N, M)
+        expected = "(B, h, N, M)" if batched else "(h, N, M)"
         mask = check_mask(mask, target, expected)
-    return X, W_q, W_k, W_v, W_o, mask, batched
+    return X, X_kv, W_q, W_k, W_v, W_o, mask, batched
 
 
 def split_heads(Y: np.ndarray, num_heads: int) -> np.ndarray:
@@ -133,21 +164,29 @@ def _softmax_inplace(s: np.ndarray, masked: bool = True) -> None:
     np.multiply(s, 1 / total, out=s)  # one division per row, not per entry
 
 
-def multi_head_attention(X, W_q, W_k, W_v, W_o, num_heads, mask=None, return_weights=False):
-    """Multi-head self-attention, all heads at once.
+def multi_head_attention(
+    X, W_q, W_k, W_v, W_o, num_heads, mask=None, return_weights=False, X_kv=None
+):
+    """Multi-head attention, all heads at once: self-attention, or cross-attention with X_kv.
 
-    X (N, C) or (B, N, C); W_q, W_k (C, h*d_k); W_v (C, h*d_v); W_o (h*d_v, C).
-    mask: boolean, True = may attend, broadcastable to (B, h, N, N) (or
-    (h, N, N) for unbatched X); a row with nothing to attend to outputs zeros.
+    X (N, C) or (B, N, C) gives the queries. X_kv (M, C_kv) or (B, M, C_kv)
+    gives the keys and values (cross-attention); None means X itself
+    (self-attention, M = N, C_kv = C).
+    W_q (C, h*d_k); W_k (C_kv, h*d_k); W_v (C_kv, h*d_v); W_o (h*d_v, C).
+    mask: boolean, True = may attend, broadcastable to (B, h, N, M) (or
+    (h, N, M) for unbatched X); a row with nothing to attend to outputs zeros.
     Returns the output, shaped like X, and with return_weights=True also the
-    per-head weights (..., h, N, N).
+    per-head weights (..., h, N, M).
     """
-    X, W_q, W_k, W_v, W_o, mask, batched = _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask)
+    X, X_kv, W_q, W_k, W_v, W_o, mask, batched = _check_inputs(
+        X, W_q, W_k, W_v, W_o, num_heads, mask, X_kv
+    )
     B, N, _ = X.shape
+    M = X_kv.shape[1]
     q = split_heads(X @ W_q, num_heads)  # (B, h, N, d_k)
-    k = split_heads(X @ W_k, num_heads)  # (B, h, N, d_k)
-    v = split_heads(X @ W_v, num_heads)  # (B, h, N, d_v)
-    weights = np.empty((B, num_heads, N, N), dtype=X.dtype) if return_weights else None
+    k = split_heads(X_kv @ W_k, num_heads)  # (B, h, M, d_k)
+    v = split_heads(X_kv @ W_v, num_heads)  # (B, h, M, d_v)
+    weights = np.empty((B, num_heads, N, M), dtype=X.dtype) if return_weights else None
     heads = _attend_blocked(q, k, v, mask, weights_out=weights)  # (B, h, N, d_v)
     out = merge_heads(heads) @ W_o  # (B, N, C)
     if not batched:
@@ -156,31 +195,35 @@ def multi_head_attention(X, W_q, W_k, W_v, W_o, num_heads, mask=None, return_wei
     return (out, weights) if return_weights else out
 
 
-def multi_head_attention_loop(X, W_q, W_k, W_v, W_o, num_heads, mask=None, return_weights=False):
-    """Multi-head self-attention, one head at a time (the textbook version).
+def multi_head_attention_loop(
+    X, W_q, W_k, W_v, W_o, num_heads, mask=None, return_weights=False, X_kv=None
+):
+    """Multi-head attention, one head at a time (the textbook version).
 
     Same arguments and result as `multi_head_attention`: split each weight
     matrix into h column blocks, run scaled dot-product attention per head,
     concatenate the h outputs along features and multiply by W_o.
     """
-    X, W_q, W_k, W_v, W_o, mask, batched = _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask)
+    X, X_kv, W_q, W_k, W_v, W_o, mask, batched = _check_inputs(
+        X, W_q, W_k, W_v, W_o, num_heads, mask, X_kv
+    )
     heads, weights = [], []
     for W_qh, W_kh, W_vh, i in zip(
         np.split(W_q, num_heads, axis=-1),  # each (C, d_k)
-        np.split(W_k, num_heads, axis=-1),  # each (C, d_k)
-        np.split(W_v, num_heads, axis=-1),  # each (C, d_v)
+        np.split(W_k, num_heads, axis=-1),  # each (C_kv, d_k)
+        np.split(W_v, num_heads, axis=-1),  # each (C_kv, d_v)
         range(num_heads),
     ):
         mask_h = None
         if mask is not None:
-            full = np.broadcast_to(mask, (X.shape[0], num_heads) + mask.shape[-2:])
-            mask_h = full[:, i]  # (B, N, N) or broadcastable to it
-        out_h, w_h = scaled_dot_product_attention(X @ W_qh, X @ W_kh, X @ W_vh, mask_h)
+            full = np.broadcast_to(mask, (X.shape[0], num_heads, X.shape[1], X_kv.shape[1]))
+            mask_h = full[:, i]  # (B, N, M)
+        out_h, w_h = scaled_dot_product_attention(X @ W_qh, X_kv @ W_kh, X_kv @ W_vh, mask_h)
         heads.append(out_h)  # (B, N, d_v)
         if return_weights:
-            weights.append(w_h)  # (B, N, N); dropped at once otherwise
+            weights.append(w_h)  # (B, N, M); dropped at once otherwise
     out = np.concatenate(heads, axis=-1) @ W_o  # (B, N, h*d_v) @ (h*d_v, C) -> (B, N, C)
     if not return_weights:
         return out if batched else out[0]
-    w = np.stack(weights, axis=1)  # (B, h, N, N)
+    w = np.stack(weights, axis=1)  # (B, h, N, M)
     return (out, w) if batched else (out[0], w[0])

@@ -2,9 +2,14 @@
 
 Rows are queries (the token that looks), columns are keys (the tokens it
 looks at); each row of an attention-weight matrix sums to 1. Small matrices
-get their values written in the cells. `plot_pixel_heads` draws, for an
-image whose pixels are the tokens (notebook 07), one query pixel's weights
-laid out on the pixel grid, one small map per head. Imported explicitly
+get their values written in the cells. Two options keep a picture honest:
+- colours on a fixed 0-1 scale, or scaled to the data (vmin=None,
+  vmax=None), and the colour bar says which;
+- `mask` (numpy convention, True = may attend): blocked cells are drawn
+  hatched grey, so a masked position never looks like a weight of zero.
+`plot_pixel_heads` draws, for an image whose pixels are the tokens
+(notebook 07), one query pixel's weights laid out on the pixel grid, one
+small map per head. Imported explicitly
 (`from mha_lib.plot import plot_attention, plot_heads`) so that
 `import mha_lib` stays free of matplotlib.
 """
@@ -13,15 +18,54 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Rectangle
 
 ANNOTATE_UP_TO = 12  # write the numbers into the cells up to this many tokens
+MASK_FACE = "0.85"  # light grey behind the hatching of a blocked cell
+MASK_HATCH = "///"
 
 
-def _draw(ax, A, x_tokens, y_tokens, title, vmin, vmax, cmap, annotate):
+def _as_mask(mask, shape: tuple[int, ...]) -> np.ndarray | None:
+    """`mask` as a boolean array of exactly `shape` (True = may attend), or None."""
+    if mask is None:
+        return None
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_:
+        raise TypeError(f"mask must be a boolean array (True = may attend); got dtype {mask.dtype}")
+    try:
+        return np.broadcast_to(mask, shape)
+    except ValueError:
+        raise ValueError(
+            f"mask has shape {mask.shape}; expected a shape that broadcasts to {shape}"
+        ) from None
+
+
+def _colour_limits(A: np.ndarray, vmin, vmax, mask) -> tuple[float, float, bool]:
+    """(lo, hi, scaled): the colour limits; None takes the data's (unmasked) min or max."""
+    shown = A if mask is None else A[mask]
+    if shown.size == 0:
+        shown = np.zeros(1)
+    scaled = vmin is None or vmax is None
+    lo = float(np.min(shown)) if vmin is None else float(vmin)
+    hi = float(np.max(shown)) if vmax is None else float(vmax)
+    if hi <= lo:  # a constant matrix: widen so that the colours stay defined
+        lo, hi = lo - 0.5, hi + 0.5
+    return lo, hi, scaled
+
+
+def colorbar_label(label: str, lo: float, hi: float, scaled: bool, masked: bool) -> str:
+    """The colour bar's text, e.g. 'weight (colour scaled to data: 0.06–0.12)' on two lines."""
+    parts = [f"colour scaled to data: {lo:.2f}–{hi:.2f}"] if scaled else []
+    if masked:
+        parts.append("hatched grey = masked")
+    return label + "\n(" + ";\n".join(parts) + ")" if parts else label
+
+
+def _draw(ax, A, x_tokens, y_tokens, title, lo, hi, cmap, annotate, mask=None):
     A = np.asarray(A, dtype=float)
     if A.ndim != 2:
         raise ValueError(f"A has shape {A.shape}; expected a matrix (N, M)")
-    im = ax.imshow(A, cmap=cmap, vmin=vmin, vmax=vmax)
+    im = ax.imshow(A, cmap=cmap, vmin=lo, vmax=hi)
     N, M = A.shape
     for tokens, n, set_ticks, set_labels in (
         (y_tokens, N, ax.set_yticks, ax.set_yticklabels),
@@ -38,13 +82,28 @@ def _draw(ax, A, x_tokens, y_tokens, title, vmin, vmax, cmap, annotate):
     ax.set_ylabel("query (attending)")
     if title:
         ax.set_title(title)
+    if mask is not None:
+        for i, j in zip(*np.nonzero(~mask)):
+            ax.add_patch(
+                Rectangle(
+                    (j - 0.5, i - 0.5),
+                    1,
+                    1,
+                    facecolor=MASK_FACE,
+                    edgecolor="0.55",
+                    hatch=MASK_HATCH,
+                    linewidth=0,
+                    label="masked",
+                )
+            )
     if annotate is None:
         annotate = max(N, M) <= ANNOTATE_UP_TO
     if annotate:
-        lo, hi = (A.min(), A.max()) if vmin is None or vmax is None else (vmin, vmax)
         mid = (lo + hi) / 2
         for i in range(N):
             for j in range(M):
+                if mask is not None and not mask[i, j]:
+                    continue  # a blocked cell shows its hatching, not a number
                 ax.text(
                     j,
                     i,
@@ -68,39 +127,68 @@ def plot_attention(
     cmap="viridis",
     annotate=None,
     colorbar=True,
+    mask=None,
+    label="weight",
 ):
     """Heatmap of one attention matrix A (N, M): rows = queries, columns = keys.
 
     tokens label the rows (and the columns, unless key_tokens is given).
-    For raw scores rather than weights pass vmin=None, vmax=None.
+    vmin=None and/or vmax=None scale the colours to the data (for raw scores,
+    or weights that span a small range); the colour bar then says so.
+    mask (N, M) bool, True = may attend: blocked cells are hatched grey.
+    label names the colour bar's quantity ("weight", "score").
     Returns the Axes.
     """
+    A = np.asarray(A, dtype=float)
     if ax is None:
         size = 1.0 + 0.45 * max(np.shape(A)[-1], 4)
         _, ax = plt.subplots(figsize=(size + 1.2, size))
+    mask = _as_mask(mask, A.shape)
+    lo, hi, scaled = _colour_limits(A, vmin, vmax, mask)
     keys = key_tokens if key_tokens is not None else tokens
-    im = _draw(ax, A, keys, tokens, title, vmin, vmax, cmap, annotate)
+    im = _draw(ax, A, keys, tokens, title, lo, hi, cmap, annotate, mask)
     if colorbar:
-        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+        cb = ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+        cb.set_label(colorbar_label(label, lo, hi, scaled, mask is not None))
     return ax
 
 
-def plot_heads(W, tokens=None, titles=None, suptitle=None, ncols=4, vmin=0.0, vmax=1.0):
+def plot_heads(
+    W,
+    tokens=None,
+    titles=None,
+    suptitle=None,
+    ncols=4,
+    vmin=0.0,
+    vmax=1.0,
+    mask=None,
+    annotate=False,
+    key_tokens=None,
+    label="weight",
+):
     """Grid of heatmaps, one per head. W: (h, N, M) attention weights.
 
+    All heads share one colour scale and one colour bar: 0-1 by default,
+    the data's range over all heads with vmin=None, vmax=None.
+    mask broadcasts to (h, N, M), True = may attend: blocked cells hatched grey.
+    key_tokens label the columns when they differ from the rows (N != M).
     Returns the Figure.
     """
-    W = np.asarray(W)
+    W = np.asarray(W, dtype=float)
     if W.ndim != 3:
         raise ValueError(f"W has shape {W.shape}; expected per-head weights (h, N, M)")
     h = W.shape[0]
+    mask = _as_mask(mask, W.shape)
+    lo, hi, scaled = _colour_limits(W, vmin, vmax, mask)
+    keys = key_tokens if key_tokens is not None else tokens
     ncols = min(ncols, h)
     nrows = -(-h // ncols)
-    side = 1.0 + 0.35 * max(W.shape[-1], 4)
+    width = 1.4 + 0.35 * max(W.shape[2], 5)  # inches per panel: M keys across, and a title
+    height = 2.0 + 0.35 * max(W.shape[1], 4)  # N queries down, plus titles and tick labels
     fig, axes = plt.subplots(
         nrows,
         ncols,
-        figsize=(side * ncols + 1.0, side * nrows),
+        figsize=(width * ncols + 1.0, height * nrows),
         squeeze=False,
         layout="constrained",
     )
@@ -109,11 +197,13 @@ def plot_heads(W, tokens=None, titles=None, suptitle=None, ncols=4, vmin=0.0, vm
             ax.axis("off")
             continue
         title = titles[i] if titles is not None else f"head {i}"
-        im = _draw(ax, W[i], tokens, tokens, title, vmin, vmax, "viridis", False)
+        m = None if mask is None else mask[i]
+        im = _draw(ax, W[i], keys, tokens, title, lo, hi, "viridis", annotate, m)
         if i % ncols:
             ax.set_ylabel("")
             ax.set_yticklabels([])
-    fig.colorbar(im, ax=list(axes.flat), fraction=0.02, pad=0.01)
+    cb = fig.colorbar(im, ax=list(axes.flat), fraction=0.02, pad=0.01)
+    cb.set_label(colorbar_label(label, lo, hi, scaled, mask is not None))
     if suptitle:
         fig.suptitle(suptitle)
     return fig

@@ -90,6 +90,91 @@ def test_batched_mask_with_wrong_batch_size():
         multi_head_attention(Xb, W_q, W_k, W_v, W_o, h, mask=np.ones((2, 1, N, N), bool))
 
 
+C_kv, M = 4, 7
+X_kv = rng.normal(size=(M, C_kv))
+W_k_x, W_v_x = rng.normal(size=(C_kv, h * d_k)), rng.normal(size=(C_kv, h * d_v))
+
+CROSS_CASES = [
+    # cross-attention: X (N, C) = (5, 6) queries, X_kv (M, C_kv) = (7, 4) keys and values
+    (
+        {"X_kv": rng.normal(size=(2, M, C_kv))},
+        ValueError,
+        r"X_kv has shape \(2, 7, 4\); expected \(M, C_kv\), unbatched like X of shape \(5, 6\)",
+    ),
+    (
+        {"X_kv": rng.normal(size=(C_kv,))},
+        ValueError,
+        r"X_kv has shape \(4,\); expected \(M, C_kv\)",
+    ),
+    (
+        {"W_k": W_k},
+        ValueError,
+        r"W_k has shape \(6, 6\); expected \(C_kv, h\*d_k\) with C_kv = 4 from X_kv",
+    ),
+    (
+        {"W_v": W_v},
+        ValueError,
+        r"W_v has shape \(6, 6\); expected \(C_kv, h\*d_v\) with C_kv = 4 from X_kv",
+    ),
+    (
+        {"W_q": rng.normal(size=(C_kv, h * d_k))},
+        ValueError,
+        r"W_q has shape \(4, 6\); expected \(C, h\*d_k\) with C = 6 from X",
+    ),
+    (
+        {"W_k": rng.normal(size=(C_kv, 4))},
+        ValueError,
+        r"W_k has shape \(4, 4\); expected \(4, 6\), \(C_kv, h\*d_k\) with h\*d_k = 6 from W_q",
+    ),
+    (
+        {"mask": np.ones((N, N), bool)},
+        ValueError,
+        r"mask has shape \(5, 5\); expected a shape that broadcasts to \(2, 5, 7\) \(h, N, M\)",
+    ),
+    (
+        {"X_kv": np.ones((M, C_kv), dtype=complex)},
+        TypeError,
+        r"X_kv must hold real numbers; got dtype complex128",
+    ),
+]
+
+
+@pytest.mark.parametrize("fn", [multi_head_attention, multi_head_attention_loop])
+@pytest.mark.parametrize(("override", "exc", "match"), CROSS_CASES)
+def test_cross_attention_rejects(fn, override, exc, match):
+    args = {
+        "X": X,
+        "W_q": W_q,
+        "W_k": W_k_x,
+        "W_v": W_v_x,
+        "W_o": W_o,
+        "num_heads": h,
+        "X_kv": X_kv,
+    } | override
+    with pytest.raises(exc, match=match):
+        fn(**args)
+
+
+def test_cross_attention_batched_x_kv_needs_the_batch_of_x():
+    Xb = rng.normal(size=(3, N, C))
+    for bad in (rng.normal(size=(2, M, C_kv)), rng.normal(size=(M, C_kv))):
+        with pytest.raises(
+            ValueError, match=r"X_kv has shape .*; expected \(B, M, C_kv\) with B = 3"
+        ):
+            multi_head_attention(Xb, W_q, W_k_x, W_v_x, W_o, h, X_kv=bad)
+    with pytest.raises(ValueError, match=r"mask has shape \(3, 1, 5, 5\); .* \(3, 2, 5, 7\)"):
+        multi_head_attention(
+            Xb,
+            W_q,
+            W_k_x,
+            W_v_x,
+            W_o,
+            h,
+            X_kv=rng.normal(size=(3, M, C_kv)),
+            mask=np.ones((3, 1, N, N), bool),
+        )
+
+
 SDPA_CASES = [
     ((q[0], k, v), ValueError, r"q has shape \(3,\); expected \(\.\.\., N, d_k\)"),
     ((q, k[:, :2], v), ValueError, r"k has shape \(5, 2\); expected \(\.\.\., M, d_k\)"),

@@ -298,6 +298,122 @@ def test_against_torch_multihead_attention():
     np.testing.assert_allclose(w, w_ref.numpy(), atol=1e-5)
 
 
+# --- cross-attention: queries from X (N, C), keys and values from X_kv (M, C_kv) ----------
+
+
+def cross_weights(rng, C, C_kv, h, d_k, d_v):
+    """Random W_q (C, h*d_k), W_k (C_kv, h*d_k), W_v (C_kv, h*d_v), W_o (h*d_v, C)."""
+    return (
+        rng.standard_normal((C, h * d_k)),
+        rng.standard_normal((C_kv, h * d_k)),
+        rng.standard_normal((C_kv, h * d_v)),
+        rng.standard_normal((h * d_v, C)),
+    )
+
+
+def naive_cross(X, X_kv, W_q, W_k, W_v, W_o, h, mask=None):
+    """The formula head by head, with X_kv on the key/value side; mask (N, M) or None."""
+    heads = []
+    for W_qh, W_kh, W_vh in zip(*(np.split(W, h, axis=1) for W in (W_q, W_k, W_v))):
+        q, k, v = X @ W_qh, X_kv @ W_kh, X_kv @ W_vh  # (N, d_k), (M, d_k), (M, d_v)
+        s = q @ k.T / np.sqrt(q.shape[-1])  # (N, M)
+        if mask is not None:
+            s = np.where(mask, s, -np.inf)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        heads.append((e / e.sum(axis=-1, keepdims=True)) @ v)  # (N, d_v)
+    return np.concatenate(heads, axis=1) @ W_o  # (N, C)
+
+
+@pytest.mark.parametrize("fn", [multi_head_attention, multi_head_attention_loop])
+@given(
+    st.integers(1, 6),
+    st.integers(1, 7),
+    st.integers(1, 3),
+    st.integers(1, 3),
+    st.integers(1, 4),
+    st.integers(0, 2**32 - 1),
+)
+def test_cross_attention_matches_formula(fn, N, M, h, d_k, d_v, seed):
+    rng = np.random.default_rng(seed)
+    C, C_kv = 4, 7  # C_kv != C: the two sides need not have the same width
+    X, X_kv = rng.normal(size=(N, C)), rng.normal(size=(M, C_kv))
+    Ws = cross_weights(rng, C, C_kv, h, d_k, d_v)
+    out, w = fn(X, *Ws, h, X_kv=X_kv, return_weights=True)
+    assert out.shape == (N, C) and w.shape == (h, N, M)
+    np.testing.assert_allclose(w.sum(-1), 1.0)
+    np.testing.assert_allclose(out, naive_cross(X, X_kv, *Ws, h), atol=1e-10)
+
+
+def test_cross_attention_batched_loop_equals_vectorised_with_mask():
+    rng = np.random.default_rng(8)
+    B, N, M, C, C_kv, h = 3, 5, 8, 6, 4, 2
+    X, X_kv = rng.normal(size=(B, N, C)), rng.normal(size=(B, M, C_kv))
+    Ws = cross_weights(rng, C, C_kv, h, 3, 2)
+    keep = padding_mask([8, 5, 1], M)  # (B, 1, 1, M)
+    a, wa = multi_head_attention(X, *Ws, h, mask=keep, return_weights=True, X_kv=X_kv)
+    b, wb = multi_head_attention_loop(X, *Ws, h, mask=keep, return_weights=True, X_kv=X_kv)
+    assert a.shape == (B, N, C) and wa.shape == (B, h, N, M)
+    np.testing.assert_allclose(a, b, atol=1e-10)
+    np.testing.assert_allclose(wa, wb, atol=1e-12)
+    assert np.all(wa[1, :, :, 5:] == 0) and np.all(wa[2, :, :, 1:] == 0)
+    for i in range(B):  # each sequence on its own, padded keys removed
+        n_keys = [8, 5, 1][i]
+        np.testing.assert_allclose(a[i], naive_cross(X[i], X_kv[i, :n_keys], *Ws, h), atol=1e-10)
+
+
+def test_cross_attention_query_rows_are_independent():
+    """Changing query row j changes output row j only; changing X_kv changes every row."""
+    rng = np.random.default_rng(9)
+    N, M, C, C_kv, h = 4, 6, 6, 5, 3
+    X, X_kv = rng.normal(size=(N, C)), rng.normal(size=(M, C_kv))
+    Ws = cross_weights(rng, C, C_kv, h, 2, 2)
+    out = multi_head_attention(X, *Ws, h, X_kv=X_kv)
+    X2 = X.copy()
+    X2[2] += 1.0
+    changed = np.abs(multi_head_attention(X2, *Ws, h, X_kv=X_kv) - out).max(axis=-1)  # (N,)
+    assert changed[2] > 1e-3 and np.all(changed[[0, 1, 3]] == 0)
+    X_kv2 = X_kv.copy()
+    X_kv2[0] += 1.0
+    assert np.all(np.abs(multi_head_attention(X, *Ws, h, X_kv=X_kv2) - out).max(-1) > 1e-6)
+
+
+def test_cross_attention_with_x_kv_equal_to_x_is_self_attention():
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(2, 5, 6))
+    Ws = weights(rng, 6, 2, 3, 3)
+    mask = causal_mask(5)
+    np.testing.assert_allclose(
+        multi_head_attention(X, *Ws, 2, mask=mask, X_kv=X),
+        multi_head_attention(X, *Ws, 2, mask=mask),
+        atol=0,
+    )
+
+
+def test_cross_attention_against_torch_with_kdim_vdim():
+    """torch.nn.MultiheadAttention(kdim=C_kv, vdim=C_kv), bias off: the same numbers."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(1)
+    C, C_kv, h, N, M, B = 12, 7, 3, 5, 9, 2
+    ref = torch.nn.MultiheadAttention(C, h, bias=False, kdim=C_kv, vdim=C_kv, batch_first=True)
+    X, X_kv = torch.randn(B, N, C), torch.randn(B, M, C_kv)
+    lengths = torch.tensor([9, 4])
+    pad = torch.arange(M)[None, :] >= lengths[:, None]  # (B, M), torch: True = may NOT attend
+    with torch.no_grad():
+        expected, w_ref = ref(X, X_kv, X_kv, key_padding_mask=pad, average_attn_weights=False)
+    W_q = ref.q_proj_weight.detach().T.numpy()  # (C, h*d_k)
+    W_k = ref.k_proj_weight.detach().T.numpy()  # (C_kv, h*d_k)
+    W_v = ref.v_proj_weight.detach().T.numpy()  # (C_kv, h*d_v)
+    W_o = ref.out_proj.weight.detach().T.numpy()  # (h*d_v, C)
+    keep = padding_mask(lengths.numpy(), M)  # (B, 1, 1, M), numpy: True = may attend
+    for fn in (multi_head_attention, multi_head_attention_loop):
+        out, w = fn(
+            X.numpy(), W_q, W_k, W_v, W_o, h, mask=keep, return_weights=True, X_kv=X_kv.numpy()
+        )
+        assert out.shape == (B, N, C) and w.shape == (B, h, N, M)
+        np.testing.assert_allclose(out, expected.numpy(), atol=1e-5, rtol=1e-5)
+        np.testing.assert_allclose(w, w_ref.numpy(), atol=1e-5)
+
+
 def test_import_does_not_import_torch():
     import subprocess
     import sys
