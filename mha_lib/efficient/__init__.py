@@ -21,7 +21,13 @@ Notation: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v);
 h query heads, h_kv key/value heads, g = h / h_kv query heads per group.
 """
 
-from .flash import flash_attention, flash_attention_backward, flash_attention_forward
+from .flash import (
+    flash_attention,
+    flash_attention_backward,
+    flash_attention_forward,
+    naive_attention,
+    saved_for_backward_bytes,
+)
 from .gqa import GroupedQueryAttention, grouped_query_attention, repeat_kv
 from .kv_cache import KVCache, cached_attention
 from .masks import (
@@ -57,9 +63,11 @@ __all__ = [
     "grouped_query_attention",
     "leaks_future",
     "mask_from_mask_mod",
+    "naive_attention",
     "prefix_lm_mask",
     "prefix_lm_mask_mod",
     "repeat_kv",
+    "saved_for_backward_bytes",
     "sliding_window_mask",
     "sliding_window_mask_mod",
 ]

@@ -18,7 +18,11 @@ What it holds:
 - `flash_attention_backward(do, q, k, v, o, lse, is_causal, block_q, block_k)`
   -> (dq, dk, dv);
 - `flash_attention(q, k, v, is_causal=False, block_q=64, block_k=64)` ->
-  (o, lse), differentiable in q, k, v (a `torch.autograd.Function`).
+  (o, lse), differentiable in q, k, v (a `torch.autograd.Function`);
+- `naive_attention(q, k, v, is_causal)`: the plain definition, the (N, M)
+  weights written out (what autograd then keeps);
+- `saved_for_backward_bytes(fn)`: the bytes autograd keeps for the backward
+  pass of fn() (notebook 04's saved-tensors hook; each storage counted once).
 
 Shapes: q (B, h, N, d_k), k (B, h, M, d_k), v (B, h, M, d_v); o (B, h, N, d_v),
 lse (B, h, N). is_causal: query i sees keys 0 .. i, aligned to the top left
@@ -30,11 +34,18 @@ lighter than the naive form.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-__all__ = ["flash_attention", "flash_attention_backward", "flash_attention_forward"]
+__all__ = [
+    "flash_attention",
+    "flash_attention_backward",
+    "flash_attention_forward",
+    "naive_attention",
+    "saved_for_backward_bytes",
+]
 
 
 def _check_inputs(q, k, v, is_causal, block_q, block_k) -> None:
@@ -187,3 +198,32 @@ def flash_attention(
     """
     _check_inputs(q, k, v, is_causal, block_q, block_k)
     return _FlashAttention.apply(q, k, v, is_causal, block_q, block_k)
+
+
+def naive_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tensor:
+    """softmax(q kᵀ / √d_k) v with the (B, h, N, M) weights written out; (B, h, N, d_v)."""
+    _check_inputs(q, k, v, is_causal, 1, 1)
+    N, M = q.shape[2], k.shape[2]
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, h, N, M)
+    if is_causal:
+        future = torch.ones(N, M, dtype=torch.bool, device=q.device).triu(1)  # (N, M)
+        scores = scores.masked_fill(future, -math.inf)
+    return torch.softmax(scores, dim=-1) @ v  # (B, h, N, d_v)
+
+
+def saved_for_backward_bytes(fn: Callable[[], object]) -> int:
+    """Bytes of the tensors autograd keeps for the backward pass of fn().
+
+    Every tensor saved for backward passes through a saved-tensors hook;
+    views of one block of memory are counted once (by storage).
+    """
+    blocks: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        storage = t.untyped_storage()
+        blocks[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(blocks.values())
