@@ -5,6 +5,10 @@ the result with the library's reference, prints one line (✓, or ✗ with what 
 most likely wrong: transposed keys, a missing scale, softmax over the wrong
 axis, ...) and returns True or False. It never raises, so a notebook whose
 exercise is still `...` runs to the end. Solutions live in `solutions/`.
+
+The checkers of the torch notebooks import torch, so they are not re-exported
+here (this package stays numpy-only): notebooks 04 and 08 import them from
+`mha_lib.exercises.nb04` and `mha_lib.exercises.nb08`.
 """
 
 from .nb00 import *  # noqa: F403
