@@ -51,3 +51,17 @@ def test_torch_benchmark_runs_on_tiny_sizes(tmp_path):
     numbers = json.loads(path.read_text())
     assert [r["N"] for r in numbers["forward"]] == [16]
     assert {r["mode"] for r in numbers["memory"]} == {"forward", "forward_backward"}
+
+
+def test_efficient_benchmark_runs_on_tiny_sizes(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "efficient", "--sizes", "8", "16"]
+    cmd += ["--flash-sizes", "32", "--memory-sizes", "32", "--gqa-length", "16"]
+    cmd += ["--json", str(path)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    numbers = json.loads(path.read_text())
+    assert [r["N"] for r in numbers["kv_cache"]] == [8, 16]
+    assert [r["h_kv"] for r in numbers["gqa_memory"]] == [32, 8, 1]
+    assert all(r["computed_mib"] == r["measured_mib"] for r in numbers["gqa_memory"])
+    assert "SDPA_peak_mib" in numbers["flash"][0]
