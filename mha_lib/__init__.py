@@ -8,7 +8,10 @@ Each piece is derived in a notebook first and then lives here:
 - `exercises`: checkers for the notebooks' exercises;
 - `pytorch`: the PyTorch module (notebook 04; imports torch, so import it explicitly);
 - `block`: a Transformer encoder block around it (notebook 04; imports torch);
-- `bench`: the benchmarks, `python -m mha_lib.bench numpy|torch`.
+- `efficient`: KV cache, grouped-query attention, FlashAttention forward and
+  backward in plain torch, the mask zoo (notebook 08; imports torch, so import
+  it explicitly);
+- `bench`: the benchmarks, `python -m mha_lib.bench numpy|torch|efficient`.
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.
 Masks are boolean everywhere in the numpy core, and True means "may attend".

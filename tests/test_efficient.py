@@ -507,6 +507,11 @@ k4 = torch.zeros(1, 2, 6, 4)
             ValueError,
             "multiple of the cache's h_kv = 2",
         ),
+        (
+            lambda: cached_attention(torch.zeros(1, 2, 2, 4), k4, k4, KVCache(1, 2, 8, 4)),
+            ValueError,
+            "q has 2 new tokens",
+        ),
         (lambda: bottom_right_causal_mask(5, 3), ValueError, "expected n <= m"),
         (lambda: sliding_window_mask(5, 0), ValueError, "window must be at least 1"),
         (lambda: prefix_lm_mask(5, 6), ValueError, "prefix_len must lie in [0, N]"),

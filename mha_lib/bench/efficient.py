@@ -7,7 +7,8 @@ Three measurements, float32, on the device `pick_device()` finds (or --device):
    N given the N - 1 before it, with the cache (project one token, append, attend
    to N keys) and without (project and attend all N tokens causally, keep the last
    row), timed in interleaved rounds (medians). The cache's memory at N is exact:
-   2·N·h_kv·d numbers.
+   2·N·h_kv·d numbers, kept for the whole generation; the peak memory growth of
+   one step is measured in a fresh process (the cache allocated and filled before).
 2. KV-cache memory of grouped-query attention: one layer with h = 32 query heads,
    d = 128, N = 4096 tokens, for h_kv = 32 (multi-head), 8 (GQA) and 1
    (multi-query): computed 2·B·h_kv·N·d·4 bytes, and measured (`KVCache.nbytes`).
@@ -46,6 +47,8 @@ from .timing import interleaved_medians
 from .torch_mha import _peak_rss, _reset_peak_rss, synchronize
 
 FLASH_VARIANTS = ("naive", "flash (torch loop)", "SDPA")
+KV_VARIANTS = ("cache", "recompute")
+KV_SHAPE = {"C": 256, "h": 8}
 FLASH_SHAPE = {"B": 1, "h": 8, "d": 64, "block": 64}
 
 
@@ -57,8 +60,9 @@ def _timed(fn, device):
     return run
 
 
-def bench_kv_cache(sizes, device, C: int = 256, h: int = 8) -> list[dict]:
-    """Per-token decoding time with and without the cache, at each prefix length N."""
+def bench_kv_cache(sizes, memory_sizes, device) -> list[dict]:
+    """Per-token decoding time (and peak memory growth) with and without the cache."""
+    C, h = KV_SHAPE["C"], KV_SHAPE["h"]
     torch.manual_seed(0)
     model = GroupedQueryAttention(C, h, h).to(device).eval()
     rows = []
@@ -91,6 +95,11 @@ def bench_kv_cache(sizes, device, C: int = 256, h: int = 8) -> list[dict]:
                 "repeats": repeats,
             }
         )
+    for row in rows:
+        if row["N"] in memory_sizes:
+            for name in KV_VARIANTS:
+                growth = _memory_in_subprocess(name, row["N"], device)
+                row[f"{name}_step_peak_mib"] = growth / 2**20
     return rows
 
 
@@ -157,13 +166,35 @@ def bench_flash(sizes, memory_sizes, device) -> list[dict]:
     return rows
 
 
+def _decoding_fn(variant: str, N: int, device):
+    """One decoding step at prefix length N, with the cache (filled before) or recomputing."""
+    torch.manual_seed(0)
+    model = GroupedQueryAttention(KV_SHAPE["C"], KV_SHAPE["h"], KV_SHAPE["h"]).to(device).eval()
+    x = torch.randn(1, N, KV_SHAPE["C"], device=device)  # (1, N, C)
+    if variant == "recompute":
+        return lambda: model(x, is_causal=True)[:, -1:]  # (1, 1, C)
+    cache = model.new_cache(1, N)  # allocated before the measurement: kept, not per step
+    model(x[:, : N - 1], cache=cache)
+
+    def step():
+        cache.truncate(N - 1)
+        return model(x[:, N - 1 :], cache=cache)  # (1, 1, C)
+
+    return step
+
+
 def memory_child(variant: str, N: int, device: str) -> int:
     """One forward pass of one variant; print its peak memory growth in bytes (JSON)."""
     device = torch.device(device)
     torch.manual_seed(0)
     with torch.inference_mode():
-        flash_fns(*_qkv(64, device))[variant]()  # warm up kernels and thread pools
-        fn = flash_fns(*_qkv(N, device))[variant]
+        if variant in KV_VARIANTS:
+            _decoding_fn(variant, 64, device)()  # warm up kernels and thread pools
+            fn = _decoding_fn(variant, N, device)
+            fn()  # a first step, so that the measured one finds everything allocated
+        else:
+            flash_fns(*_qkv(64, device))[variant]()  # warm up kernels and thread pools
+            fn = flash_fns(*_qkv(N, device))[variant]
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             before = torch.cuda.memory_allocated(device)
@@ -204,6 +235,15 @@ def print_kv_cache(rows: list[dict]) -> None:
             f"{r['N']:>6} {r['cache_ms']:>8.2f} ms {r['recompute_ms']:>8.2f} ms"
             f" {r['speedup']:>8.1f}x {r['cache_mib']:>7.2f} MiB"
         )
+    measured = [r for r in rows if "cache_step_peak_mib" in r]
+    if measured:
+        print("peak memory growth of one decoding step (fresh process; the cache allocated before)")
+        print(f"{'N':>6} {'with cache':>11} {'recompute':>11}")
+        for r in measured:
+            print(
+                f"{r['N']:>6} {r['cache_step_peak_mib']:>7.2f} MiB"
+                f" {r['recompute_step_peak_mib']:>7.2f} MiB"
+            )
 
 
 def print_gqa(rows: list[dict]) -> None:
@@ -248,6 +288,7 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[128, 512, 1024, 2048, 4096])
     parser.add_argument("--flash-sizes", type=int, nargs="+", default=[256, 1024, 2048])
     parser.add_argument("--memory-sizes", type=int, nargs="*", default=[2048])
+    parser.add_argument("--kv-memory-sizes", type=int, nargs="*", default=[4096])
     parser.add_argument("--gqa-length", type=int, default=4096, help="N for the GQA table")
     parser.add_argument("--device", help="cpu, cuda, mps (default: pick_device())")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
@@ -262,7 +303,7 @@ def main(argv=None) -> int:
         f"torch {torch.__version__} on {device} ({torch.get_num_threads()} CPU threads), "
         "float32; medians of interleaved runs"
     )
-    kv = bench_kv_cache(args.sizes, device)
+    kv = bench_kv_cache(args.sizes, args.kv_memory_sizes, device)
     print_kv_cache(kv)
     gqa = bench_gqa_memory(N=args.gqa_length)
     print_gqa(gqa)

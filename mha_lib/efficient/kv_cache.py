@@ -109,13 +109,14 @@ def cached_attention(q: Tensor, k_new: Tensor, v_new: Tensor, cache: KVCache) ->
     Query i may attend to keys 0 .. m - n + i: the causal mask aligned to the
     bottom right. Returns (B, h, n, d).
     """
-    if not isinstance(q, Tensor) or q.dim() != 4:
-        got = tuple(q.shape) if isinstance(q, Tensor) else type(q).__name__
-        raise ValueError(f"q has shape {got}; expected (B, h, n, d)")
+    for name, x in (("q", q), ("k_new", k_new), ("v_new", v_new)):
+        if not isinstance(x, Tensor) or x.dim() != 4:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{name} has shape {got}; expected 4 dims (B, heads, n, d)")
     h, h_kv = q.shape[1], cache.k.shape[1]
     if h % h_kv != 0:
         raise ValueError(f"q has h = {h} heads; expected a multiple of the cache's h_kv = {h_kv}")
-    if q.shape[2] != getattr(k_new, "shape", (None,) * 4)[2]:
+    if q.shape[2] != k_new.shape[2]:
         raise ValueError(
             f"q has {q.shape[2]} new tokens but k_new has shape {tuple(k_new.shape)}; "
             "expected the same n"
