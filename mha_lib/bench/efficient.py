@@ -216,7 +216,7 @@ def _memory_in_subprocess(variant: str, N: int, device) -> int:
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)  # freed large blocks go back at once
     cmd = [sys.executable, "-m", "mha_lib.bench.efficient", "--memory-child"]
-    cmd += [variant, str(N), str(device)]
+    cmd += [variant, str(N), str(device), "--threads", str(torch.get_num_threads())]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"memory subprocess failed: {' '.join(cmd)}\n{done.stderr}")
@@ -291,9 +291,17 @@ def main(argv=None) -> int:
     parser.add_argument("--kv-memory-sizes", type=int, nargs="*", default=[4096])
     parser.add_argument("--gqa-length", type=int, default=4096, help="N for the GQA table")
     parser.add_argument("--device", help="cpu, cuda, mps (default: pick_device())")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (default: torch's choice); 1 avoids thread-pool stalls on a "
+        "machine shared with other jobs",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
     parser.add_argument("--memory-child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.memory_child:
         variant, N, device = args.memory_child
         return memory_child(variant, int(N), device)
