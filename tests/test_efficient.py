@@ -2,7 +2,6 @@
 
 import itertools
 import math
-import time
 import warnings
 
 import numpy as np
@@ -425,14 +424,13 @@ def test_flex_attention_eager_on_the_cpu_equals_sdpa():
     reason="torch.compile(flex_attention) works on the CPU but compiles for about 20 s on a "
     "2-core machine (C++ code generation), too slow for the test suite; the eager path is tested"
 )
-def test_flex_attention_compiled_on_the_cpu():  # pragma: no cover
+def test_flex_attention_compiled_on_the_cpu():
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
     q, k, v = qkv(1, 2, 16, 16, 8, 8, seed=7, dtype=torch.float32)
-    t0 = time.perf_counter()
     block_mask = flex.create_block_mask(causal_mask_mod, None, None, 16, 16, device="cpu")
     out = torch.compile(flex.flex_attention)(q, k, v, block_mask=block_mask)
-    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    assert time.perf_counter() - t0 > 0
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
 # --- the classic mask inversion ------------------------------------------------------------------
