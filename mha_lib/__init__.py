@@ -19,7 +19,10 @@ Each piece is derived in a notebook first and then lives here:
   seeded training loop and head scores / QK and OV circuits (notebook 06; import torch);
 - `conv`: a k×k convolution computed as multi-head self-attention with k² heads
   (notebook 07; imports torch, so import it explicitly);
-- `bench`: the benchmarks, `python -m mha_lib.bench numpy|torch`.
+- `efficient`: KV cache, grouped-query attention, FlashAttention forward and
+  backward in plain torch, the mask zoo (notebook 08; imports torch, so import
+  it explicitly);
+- `bench`: the benchmarks, `python -m mha_lib.bench numpy|torch|efficient`.
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.
 Masks are boolean everywhere in the numpy core, and True means "may attend".

@@ -102,3 +102,19 @@ def test_markdown_reads_what_json_writes(tmp_path, capsys):
     assert main(["numpy", "--markdown", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4 and lines[2].startswith("| 8 | ") and lines[3].startswith("| 16 | ")
+
+
+def test_efficient_benchmark_runs_on_tiny_sizes(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "efficient", "--sizes", "8", "16"]
+    cmd += ["--flash-sizes", "32", "--memory-sizes", "32", "--gqa-length", "16"]
+    cmd += ["--kv-memory-sizes", "16"]
+    cmd += ["--json", str(path)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    numbers = json.loads(path.read_text())
+    assert [r["N"] for r in numbers["kv_cache"]] == [8, 16]
+    assert [r["h_kv"] for r in numbers["gqa_memory"]] == [32, 8, 1]
+    assert all(r["computed_mib"] == r["measured_mib"] for r in numbers["gqa_memory"])
+    assert "SDPA_peak_mib" in numbers["flash"][0]
+    assert "recompute_step_peak_mib" in numbers["kv_cache"][1]

@@ -12,6 +12,7 @@ import sys
 BENCHMARKS = {
     "numpy": ("numpy_mha", "numpy multi-head attention: vectorised vs per-head loop"),
     "torch": ("torch_mha", "the PyTorch module vs nn.MultiheadAttention (speed and memory)"),
+    "efficient": ("efficient", "KV cache, GQA cache memory, plain-torch FlashAttention vs SDPA"),
 }
 
 
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in BENCHMARKS:
         print("usage: python -m mha_lib.bench {" + ",".join(BENCHMARKS) + "} [options]")
         for name, (_, what) in BENCHMARKS.items():
-            print(f"  {name:<8} {what}")
+            print(f"  {name:<10} {what}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     module = importlib.import_module(f".{BENCHMARKS[argv[0]][0]}", __package__)
     return module.main(argv[1:])

@@ -10,8 +10,13 @@ The inputs are chosen so that shortcuts fail: N != M, d_k != d_v, h·d_k != C,
 odd sizes, a batch axis where the exercise has one. One rule for answers in
 every checker: the values are judged, not the container; a numpy array, a list
 or a torch tensor (any device, requires_grad, nn.Parameter) is read the same
-way. Where the exercise asks for a tensor (notebook 04, in `nb04`, which
-notebooks import explicitly) a correct numpy answer passes with a note.
+way. Where the exercise asks for a tensor (notebook 04) a correct numpy answer
+passes with a note.
+
+This package stays numpy-only. The checkers of notebooks 05 and 07 import torch
+only when they run, so they are re-exported here; the modules `nb04` and `nb08`
+import torch as they load, so notebooks 04 and 08 import their checkers from
+`mha_lib.exercises.nb04` and `mha_lib.exercises.nb08`.
 """
 
 from .nb00 import *  # noqa: F403

@@ -1,0 +1,73 @@
+"""Efficient attention from scratch: KV cache, grouped-query attention, FlashAttention, masks.
+
+Derived in notebook 08. This package imports torch, so it is imported
+explicitly (`from mha_lib.efficient import flash_attention`); `import mha_lib`
+stays numpy-only.
+
+A module per idea:
+- `masks`: the mask zoo (causal, bottom-right causal for a chunk against a
+  cache, sliding window, document, prefix-LM, ALiBi) as numpy boolean masks
+  (True = may attend), as FlexAttention `mask_mod` / `score_mod` functions,
+  and a perturb-the-future test for causality;
+- `kv_cache`: `KVCache` and `cached_attention`, one decoding step that
+  appends the new keys and values and attends;
+- `gqa`: grouped-query attention (`num_kv_heads` key/value heads shared by
+  groups of query heads; 1 is multi-query attention), as a function and as
+  a module that decodes with a `KVCache`;
+- `flash`: FlashAttention forward and backward in plain torch (tiles over
+  queries and keys, running max and sum, recomputed backward).
+
+Notation: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v);
+h query heads, h_kv key/value heads, g = h / h_kv query heads per group.
+"""
+
+from .flash import (
+    flash_attention,
+    flash_attention_backward,
+    flash_attention_forward,
+    naive_attention,
+    saved_for_backward_bytes,
+)
+from .gqa import GroupedQueryAttention, grouped_query_attention, repeat_kv
+from .kv_cache import KVCache, cached_attention
+from .masks import (
+    alibi_bias,
+    alibi_score_mod,
+    alibi_slopes,
+    bottom_right_causal_mask,
+    causal_mask_mod,
+    document_mask,
+    document_mask_mod,
+    leaks_future,
+    mask_from_mask_mod,
+    prefix_lm_mask,
+    prefix_lm_mask_mod,
+    sliding_window_mask,
+    sliding_window_mask_mod,
+)
+
+__all__ = [
+    "GroupedQueryAttention",
+    "KVCache",
+    "alibi_bias",
+    "alibi_score_mod",
+    "alibi_slopes",
+    "bottom_right_causal_mask",
+    "cached_attention",
+    "causal_mask_mod",
+    "document_mask",
+    "document_mask_mod",
+    "flash_attention",
+    "flash_attention_backward",
+    "flash_attention_forward",
+    "grouped_query_attention",
+    "leaks_future",
+    "mask_from_mask_mod",
+    "naive_attention",
+    "prefix_lm_mask",
+    "prefix_lm_mask_mod",
+    "repeat_kv",
+    "saved_for_backward_bytes",
+    "sliding_window_mask",
+    "sliding_window_mask_mod",
+]

@@ -1,0 +1,215 @@
+"""The mask zoo: which keys each query may attend to, in three equivalent forms.
+
+Derived in notebook 08. Each mask is written
+- as a numpy boolean array (N, M), True = may attend: the series' convention,
+  and also what `F.scaled_dot_product_attention` takes as a bool `attn_mask`
+  (`torch.from_numpy(mask)`);
+- as a FlexAttention `mask_mod(b, h, q_idx, kv_idx) -> bool` (True = may
+  attend), a function of index tensors; `mask_from_mask_mod` evaluates one on
+  the whole (N, M) grid.
+ALiBi is not a mask but a bias added to the scores: `alibi_bias` (numpy, to
+add to the scores or pass to SDPA as a float `attn_mask`) and
+`alibi_score_mod` (FlexAttention `score_mod`).
+
+The masks: causal for a chunk of n queries against m cached keys
+(`bottom_right_causal_mask`; `mha_lib.causal_mask` is the square case),
+sliding window, document (block-diagonal for packed sequences), prefix-LM.
+`leaks_future` tests causality by perturbing the future, with no reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = [
+    "alibi_bias",
+    "alibi_score_mod",
+    "alibi_slopes",
+    "bottom_right_causal_mask",
+    "causal_mask_mod",
+    "document_mask",
+    "document_mask_mod",
+    "leaks_future",
+    "mask_from_mask_mod",
+    "prefix_lm_mask",
+    "prefix_lm_mask_mod",
+    "sliding_window_mask",
+    "sliding_window_mask_mod",
+]
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+    """Return `value` if it is an int >= minimum, else raise TypeError/ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {value}")
+    return int(value)
+
+
+# ----------------------------------------------------------------------------
+# numpy boolean masks, True = may attend
+
+
+def bottom_right_causal_mask(n: int, m: int) -> np.ndarray:
+    """(n, m) causal mask for the LAST n of m tokens: query i sits at position m - n + i.
+
+    A chunk of n new queries attends to a cache of m keys (the chunk's own
+    keys included, n <= m): query i sees keys 0 .. m - n + i. With n = m it is
+    the square causal mask `mha_lib.causal_mask(n)`. The top-left aligned
+    `np.tril(np.ones((n, m)))` (what SDPA's is_causal=True uses when n != m)
+    would let query i see only keys 0 .. i: wrong for a chunk after a cache.
+    """
+    _check_int(n, "n", 1)
+    _check_int(m, "m", 1)
+    if n > m:
+        raise ValueError(
+            f"n = {n} queries but only m = {m} keys; expected n <= m (the chunk's own keys "
+            "are in the cache)"
+        )
+    return np.tril(np.ones((n, m), dtype=bool), k=m - n)  # (n, m)
+
+
+def sliding_window_mask(N: int, window: int) -> np.ndarray:
+    """(N, N) causal sliding window: query i sees keys i - window + 1 .. i (window keys)."""
+    _check_int(N, "N", 1)
+    _check_int(window, "window", 1)
+    i = np.arange(N)[:, None]  # (N, 1) query positions
+    j = np.arange(N)[None, :]  # (1, N) key positions
+    return (j <= i) & (i - j < window)  # (N, N)
+
+
+def document_mask(doc_ids) -> np.ndarray:
+    """(N, N) block-diagonal mask for packed sequences: a token sees its own document only.
+
+    doc_ids (N,) ints: the document each token belongs to. Combine with a
+    causal mask (`&`) for packed causal language modelling.
+    """
+    doc_ids = np.asarray(doc_ids)
+    if doc_ids.ndim != 1 or doc_ids.size == 0 or not np.issubdtype(doc_ids.dtype, np.integer):
+        raise TypeError(
+            f"doc_ids must be a non-empty 1-D array of ints (N,); got shape {doc_ids.shape} "
+            f"and dtype {doc_ids.dtype}"
+        )
+    return doc_ids[:, None] == doc_ids[None, :]  # (N, N)
+
+
+def prefix_lm_mask(N: int, prefix_len: int) -> np.ndarray:
+    """(N, N) prefix-LM mask: every query sees the whole prefix, and the rest causally."""
+    _check_int(N, "N", 1)
+    _check_int(prefix_len, "prefix_len", 0)
+    if prefix_len > N:
+        raise ValueError(f"prefix_len must lie in [0, N] with N = {N}; got {prefix_len}")
+    i = np.arange(N)[:, None]  # (N, 1)
+    j = np.arange(N)[None, :]  # (1, N)
+    return (j <= i) | (j < prefix_len)  # (N, N)
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """(h,) ALiBi slopes 2^(-8k/h), k = 1..h: a geometric sequence, one per head.
+
+    This is the published rule for h a power of two; other h use the same formula.
+    """
+    h = _check_int(num_heads, "num_heads", 1)
+    return 2.0 ** (-8.0 * np.arange(1, h + 1) / h)  # (h,)
+
+
+def alibi_bias(N: int, M: int, num_heads: int) -> np.ndarray:
+    """(h, N, M) ALiBi bias slope_h · (j - i), added to the scores: 0 on the diagonal,
+    more negative the further back key j lies. Used with the causal mask (keys j > i blocked).
+    """
+    _check_int(N, "N", 1)
+    _check_int(M, "M", 1)
+    i = np.arange(N)[:, None]  # (N, 1)
+    j = np.arange(M)[None, :]  # (1, M)
+    return alibi_slopes(num_heads)[:, None, None] * (j - i)  # (h, N, M)
+
+
+# ----------------------------------------------------------------------------
+# FlexAttention forms: functions of (batch, head, query index, key index) tensors
+
+
+def causal_mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+    """Causal: query q_idx may attend to keys kv_idx <= q_idx."""
+    return q_idx >= kv_idx
+
+
+def sliding_window_mask_mod(window: int) -> Callable:
+    """The mask_mod of `sliding_window_mask(N, window)`."""
+    _check_int(window, "window", 1)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (q_idx - kv_idx < window)
+
+    return mask_mod
+
+
+def document_mask_mod(doc_ids: Tensor) -> Callable:
+    """The mask_mod of `document_mask(doc_ids)`; doc_ids (N,) int tensor."""
+    if not isinstance(doc_ids, Tensor) or doc_ids.dim() != 1 or doc_ids.is_floating_point():
+        raise TypeError("doc_ids must be a 1-D integer torch.Tensor (N,)")
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return doc_ids[q_idx] == doc_ids[kv_idx]
+
+    return mask_mod
+
+
+def prefix_lm_mask_mod(prefix_len: int) -> Callable:
+    """The mask_mod of `prefix_lm_mask(N, prefix_len)`."""
+    _check_int(prefix_len, "prefix_len", 0)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) | (kv_idx < prefix_len)
+
+    return mask_mod
+
+
+def alibi_score_mod(num_heads: int) -> Callable:
+    """The score_mod adding `alibi_bias`: score + slope_h · (kv_idx - q_idx)."""
+    slopes = torch.from_numpy(alibi_slopes(num_heads))  # (h,) float64
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + slopes.to(score.dtype)[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def mask_from_mask_mod(mask_mod: Callable, N: int, M: int) -> Tensor:
+    """Evaluate a mask_mod on every (query, key) pair: (N, M) bool tensor, True = may attend."""
+    _check_int(N, "N", 1)
+    _check_int(M, "M", 1)
+    zero = torch.tensor(0)
+    q_idx = torch.arange(N)[:, None]  # (N, 1)
+    kv_idx = torch.arange(M)[None, :]  # (1, M)
+    return mask_mod(zero, zero, q_idx, kv_idx).expand(N, M).to(torch.bool)  # (N, M)
+
+
+# ----------------------------------------------------------------------------
+# a causality test that needs no reference
+
+
+def leaks_future(attend: Callable[[Tensor], Tensor], x: Tensor, seed: int = 0) -> bool:
+    """True if some output at position t changes when only tokens after t change.
+
+    attend maps x (B, N, C) to outputs (B, N, ...). For each t, the tokens
+    t+1 .. N-1 are replaced by random ones (seeded); a causal `attend` keeps
+    outputs 0 .. t unchanged (to float precision).
+    """
+    if not isinstance(x, Tensor) or x.dim() != 3:
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x has shape {got}; expected (B, N, C)")
+    gen = torch.Generator().manual_seed(seed)
+    out = attend(x)  # (B, N, ...)
+    N = x.shape[1]
+    for t in range(N - 1):
+        x2 = x.clone()
+        noise = torch.randn(x2[:, t + 1 :].shape, generator=gen, dtype=x.dtype)
+        x2[:, t + 1 :] = noise.to(x.device)  # (B, N - t - 1, C): a different future
+        if not torch.allclose(attend(x2)[:, : t + 1], out[:, : t + 1], rtol=1e-5, atol=1e-6):
+            return True
+    return False
