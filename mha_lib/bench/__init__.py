@@ -2,9 +2,11 @@
 
     python -m mha_lib.bench numpy   # vectorised vs per-head loop (notebook 03)
     python -m mha_lib.bench torch   # the PyTorch module vs nn.MultiheadAttention (notebook 04)
+    python -m mha_lib.bench efficient  # KV cache, GQA, FlashAttention (notebook 08)
 
 - `timing`: interleaved repeats and medians, shared by all of them;
-- `numpy_mha`, `torch_mha`: one benchmark each (`torch_mha` imports torch).
+- `memory`: peak memory growth of one pass in a fresh process (imports torch);
+- `numpy_mha`, `torch_mha`, `efficient`: one benchmark each (the last two import torch).
 
 Importing this package imports neither numpy's benchmark nor torch; the entry
 point (`__main__`) imports only the benchmark it is asked for.

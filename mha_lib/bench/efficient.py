@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 
 import torch
@@ -43,8 +41,9 @@ from ..efficient import (
     saved_for_backward_bytes,
 )
 from ..pytorch import pick_device
+from . import memory
 from .timing import interleaved_medians
-from .torch_mha import _peak_rss, _reset_peak_rss, synchronize
+from .torch_mha import synchronize
 
 FLASH_VARIANTS = ("naive", "flash (torch loop)", "SDPA")
 KV_VARIANTS = ("cache", "recompute")
@@ -195,32 +194,25 @@ def memory_child(variant: str, N: int, device: str) -> int:
         else:
             flash_fns(*_qkv(64, device))[variant]()  # warm up kernels and thread pools
             fn = flash_fns(*_qkv(N, device))[variant]
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-            before = torch.cuda.memory_allocated(device)
-        else:
-            before = _reset_peak_rss()
+        before = memory.start(device)
         fn()
         synchronize(device)
-        if device.type == "cuda":
-            growth = torch.cuda.max_memory_allocated(device) - before
-        else:
-            growth = _peak_rss() - before
-    print(json.dumps({"growth_bytes": int(growth)}))
+        growth = memory.finish(device, before)
+    print(growth)
     return 0
 
 
 def _memory_in_subprocess(variant: str, N: int, device) -> int:
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)  # freed large blocks go back at once
-    cmd = [sys.executable, "-m", "mha_lib.bench.efficient", "--memory-child"]
-    cmd += [variant, str(N), str(device), "--threads", str(torch.get_num_threads())]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"memory subprocess failed: {' '.join(cmd)}\n{done.stderr}")
-    return json.loads(done.stdout.strip().splitlines()[-1])["growth_bytes"]
+    """Peak memory growth (bytes) of one pass of `variant`, in a fresh process."""
+    args = [
+        "--memory-child",
+        variant,
+        str(N),
+        str(device),
+        "--threads",
+        str(torch.get_num_threads()),
+    ]
+    return memory.growth_in_subprocess(__name__, args)
 
 
 # ----------------------------------------------------------------------------

@@ -37,10 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
-import resource
-import subprocess
 import sys
 
 import torch
@@ -48,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..pytorch import MultiHeadAttention, pick_device
+from . import memory
 from .timing import interleaved_medians
 
 VARIANTS = ("naive", "module", "nn.MHA")
@@ -186,74 +183,23 @@ def memory_child(variant: str, mode: str, N: int, B: int, E: int, h: int, device
 
     run_pass(make_fn(64))  # warm up kernels and thread pools
     fn = make_fn(N)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-    else:
-        before = _reset_peak_rss()
+    before = memory.start(device)
     run_pass(fn)
-    if device.type == "cuda":
-        growth = torch.cuda.max_memory_allocated(device) - before
-    else:
-        growth = _peak_rss() - before
-    print(json.dumps({"growth_bytes": int(growth)}))
+    print(memory.finish(device, before))
     return 0
-
-
-def _proc_status_bytes(field: str) -> int:
-    """A memory field of /proc/self/status (Linux), e.g. VmRSS or VmHWM, in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024  # the file says kB
-    raise RuntimeError(f"{field} not found in /proc/self/status")
-
-
-def _reset_peak_rss() -> int:
-    """Reset the peak resident set size to the current one; return the current one.
-
-    Linux: writing 5 to /proc/self/clear_refs resets VmHWM. Elsewhere the
-    peak cannot be reset and ru_maxrss (a peak since the start) is returned.
-    """
-    if os.path.exists("/proc/self/clear_refs"):
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return _proc_status_bytes("VmRSS")
-    return _ru_maxrss_bytes()
-
-
-def _peak_rss() -> int:
-    """Peak resident set size since `_reset_peak_rss` (Linux) or since the start."""
-    if os.path.exists("/proc/self/clear_refs"):
-        return _proc_status_bytes("VmHWM")
-    return _ru_maxrss_bytes()
-
-
-def _ru_maxrss_bytes() -> int:
-    """ru_maxrss in bytes (it is KiB on Linux, bytes on macOS)."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss if platform.system() == "Darwin" else rss * 1024
 
 
 def bench_memory(sizes, B, E, h, device, modes=("forward", "forward_backward")) -> list[dict]:
     """Peak memory growth of each variant and mode, each in a fresh subprocess."""
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-    # glibc: return every large freed block to the system at once, so that the
-    # resident set size follows the memory actually in use
-    env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
     rows = []
     for mode in modes:
         for N in sizes:
             row = {"mode": mode, "N": N, "B": B}
             for variant in VARIANTS:
-                cmd = [sys.executable, "-m", "mha_lib.bench.torch_mha", "--memory-child"]
-                cmd += [variant, mode, str(N), str(B), str(E), str(h), str(device)]
-                done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                if done.returncode != 0:
-                    raise RuntimeError(f"memory subprocess failed: {' '.join(cmd)}\n{done.stderr}")
-                growth = json.loads(done.stdout.strip().splitlines()[-1])["growth_bytes"]
+                args = ["--memory-child", variant, mode, str(N), str(B), str(E), str(h)]
+                growth = memory.growth_in_subprocess(
+                    "mha_lib.bench.torch_mha", [*args, str(device)]
+                )
                 row[f"{variant}_mib"] = growth / 2**20
             rows.append(row)
     return rows
