@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ._base import report, run
+from ._base import checker, diagnose, run
 
 __all__ = ["check_chunk_causal_mask", "check_online_softmax_step", "check_sliding_window_mask"]
 
@@ -66,9 +66,9 @@ def _window_mistakes(N: int, w: int) -> dict[str, np.ndarray]:
     }
 
 
-def check_sliding_window_mask(fn) -> bool:
+@checker("sliding_window_mask")
+def check_sliding_window_mask(fn):
     """Check fn(N, window) -> (N, N) bool, True where i - window < j <= i."""
-    name = "sliding_window_mask"
     problem = None
     for N, w in ((7, 3), (6, 1), (4, 6), (1, 2), (9, 4)):
         result, problem = run(fn, N, w)
@@ -77,15 +77,13 @@ def check_sliding_window_mask(fn) -> bool:
         if problem is None:
             i, j = _grid(N, N)
             if not np.array_equal(mask, (j <= i) & (i - j < w)):
-                problem = f"wrong entries for N = {N}, window = {w}: row i must be True exactly "
-                problem += "at i - window < j <= i"
-                for message, wrong in _window_mistakes(N, w).items():
-                    if np.array_equal(mask, wrong):
-                        problem = message
-                        break
+                problem = diagnose(mask, _window_mistakes(N, w)) or (
+                    f"wrong entries for N = {N}, window = {w}: row i must be True exactly "
+                    "at i - window < j <= i"
+                )
         if problem is not None:
             break
-    return report(name, problem)
+    return problem
 
 
 # ---------------------------------------------------------------------------- chunk against a cache
@@ -112,9 +110,9 @@ def _chunk_mistakes(n: int, m: int) -> dict[str, np.ndarray]:
     }
 
 
-def check_chunk_causal_mask(fn) -> bool:
+@checker("chunk_causal_mask")
+def check_chunk_causal_mask(fn):
     """Check fn(n, m) -> (n, m) bool, True where j <= m - n + i."""
-    name = "chunk_causal_mask"
     problem = None
     for n, m in ((3, 7), (1, 5), (4, 4), (2, 6), (5, 9)):
         result, problem = run(fn, n, m)
@@ -132,15 +130,13 @@ def check_chunk_causal_mask(fn) -> bool:
         if problem is None:
             i, j = _grid(n, m)
             if not np.array_equal(mask, j <= m - n + i):
-                problem = f"wrong entries for n = {n}, m = {m}: row i must be True exactly at "
-                problem += "j <= m - n + i"
-                for message, wrong in _chunk_mistakes(n, m).items():
-                    if np.array_equal(mask, wrong):
-                        problem = message
-                        break
+                problem = diagnose(mask, _chunk_mistakes(n, m)) or (
+                    f"wrong entries for n = {n}, m = {m}: row i must be True exactly at "
+                    "j <= m - n + i"
+                )
         if problem is not None:
             break
-    return report(name, problem)
+    return problem
 
 
 # ---------------------------------------------------------------------------- online softmax
@@ -176,9 +172,9 @@ def _softmax_cases():
     return [(m, s, acc, scores, v), (*empty, scores, v)]
 
 
-def check_online_softmax_step(fn) -> bool:
+@checker("online_softmax_step")
+def check_online_softmax_step(fn):
     """Check fn(m (N, 1), s (N, 1), acc (N, d_v), scores (N, b), v_block (b, d_v)) -> triple."""
-    name = "online_softmax_step"
     problem = None
     for case in _softmax_cases():
         result, problem = run(fn, *(t.clone() for t in case))
@@ -193,7 +189,7 @@ def check_online_softmax_step(fn) -> bool:
             problem = _diagnose_step(got, case)
         if problem is not None:
             break
-    return report(name, problem)
+    return problem
 
 
 def _same(a, b) -> bool:
