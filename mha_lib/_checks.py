@@ -77,3 +77,15 @@ def check_num_heads(num_heads, width: int, name: str, what: str) -> None:
             f"num_heads = {num_heads} does not divide the width of {name}, {width} "
             f"(= h*{what}); expected a width that is a multiple of num_heads"
         )
+
+
+def check_int(value, name: str, minimum: int = 1) -> int:
+    """Return `value` if it is an int (not a bool) of at least `minimum`, else raise.
+
+    TypeError for anything that is not an int, ValueError for one below `minimum`.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {value}")
+    return value

@@ -45,6 +45,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ._checks import check_int
+
 __all__ = ["MultiHeadAttention", "explicit_attention", "pick_device"]
 
 
@@ -60,15 +62,6 @@ def pick_device() -> torch.device:
 
 # ----------------------------------------------------------------------------
 # input checks (once, at the public boundary)
-
-
-def _check_positive_int(value, name: str) -> int:
-    """Return `value` if it is a positive int, else raise TypeError/ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be at least 1; got {value}")
-    return value
 
 
 def _check_float_tensor(x, name: str) -> None:
@@ -164,8 +157,8 @@ class MultiHeadAttention(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        _check_positive_int(embed_dim, "embed_dim")
-        _check_positive_int(num_heads, "num_heads")
+        check_int(embed_dim, "embed_dim")
+        check_int(num_heads, "num_heads")
         if embed_dim % num_heads != 0:
             raise ValueError(
                 f"embed_dim = {embed_dim} is not divisible by num_heads = {num_heads}; "
@@ -181,8 +174,8 @@ class MultiHeadAttention(nn.Module):
                 "use torch.nn.MultiheadAttention for them"
             )
         self.embed_dim = embed_dim
-        self.kdim = embed_dim if kdim is None else _check_positive_int(kdim, "kdim")
-        self.vdim = embed_dim if vdim is None else _check_positive_int(vdim, "vdim")
+        self.kdim = embed_dim if kdim is None else check_int(kdim, "kdim")
+        self.vdim = embed_dim if vdim is None else check_int(vdim, "vdim")
         self._qkv_same_embed_dim = self.kdim == embed_dim and self.vdim == embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads  # d = d_k = d_v

@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._checks import check_int
+
 __all__ = [
     "IGNORE",
     "RELATIONS",
@@ -30,14 +32,6 @@ __all__ = [
 
 IGNORE = -100  # target value that cross_entropy skips
 RELATIONS = ("previous", "next", "same label")
-
-
-def _check_int(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be at least {low}; got {value}")
-    return value
 
 
 def relation_positions(labels: Tensor) -> Tensor:
@@ -71,9 +65,9 @@ def relations_batch(
     of each label twice, and targets (B, N, 3): the symbol at the previous position, at the
     next position and at the partner position (IGNORE where the relation points nowhere).
     """
-    _check_int(B, "B", 1)
-    _check_int(num_labels, "num_labels", 2)
-    _check_int(num_symbols, "num_symbols", 2)
+    check_int(B, "B", 1)
+    check_int(num_labels, "num_labels", 2)
+    check_int(num_symbols, "num_symbols", 2)
     N = 2 * num_labels
     symbols = torch.randint(0, num_symbols, (B, N), generator=gen)  # (B, N)
     order = torch.rand(B, N, generator=gen).argsort(dim=-1)  # (B, N) a random permutation
@@ -93,10 +87,10 @@ def repeated_block_batch(
     random tokens. Returns tokens (B, 2 * max_len) and the block lengths T (B,).
     Position i of the second copy (T <= i < 2T) holds the token of position i - T.
     """
-    _check_int(B, "B", 1)
-    _check_int(vocab_size, "vocab_size", 2)
-    _check_int(min_len, "min_len", 2)
-    _check_int(max_len, "max_len", min_len)
+    check_int(B, "B", 1)
+    check_int(vocab_size, "vocab_size", 2)
+    check_int(min_len, "min_len", 2)
+    check_int(max_len, "max_len", min_len)
     L = 2 * max_len
     tokens = torch.randint(0, vocab_size, (B, L), generator=gen)  # (B, L)
     T = torch.randint(min_len, max_len + 1, (B,), generator=gen)  # (B,)

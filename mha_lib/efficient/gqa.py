@@ -24,23 +24,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_int
 from ..pytorch import MultiHeadAttention, _merge_heads, _split_heads
 from .kv_cache import KVCache, cached_attention
 
 __all__ = ["GroupedQueryAttention", "grouped_query_attention", "repeat_kv"]
 
 
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {value}")
-    return value
-
-
 def repeat_kv(x: Tensor, groups: int) -> Tensor:
     """(B, h_kv, M, d) -> (B, h_kv·groups, M, d): head j becomes heads j·g .. j·g + g - 1."""
-    _check_int(groups, "groups", 1)
+    check_int(groups, "groups", 1)
     if not isinstance(x, Tensor) or x.dim() != 4:
         got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"x has shape {got}; expected (B, h_kv, M, d)")
@@ -95,9 +88,9 @@ class GroupedQueryAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False):
         super().__init__()
-        C = _check_int(embed_dim, "embed_dim", 1)
-        h = _check_int(num_heads, "num_heads", 1)
-        h_kv = _check_int(num_kv_heads, "num_kv_heads", 1)
+        C = check_int(embed_dim, "embed_dim", 1)
+        h = check_int(num_heads, "num_heads", 1)
+        h_kv = check_int(num_kv_heads, "num_kv_heads", 1)
         if C % h != 0:
             raise ValueError(f"embed_dim = {C} is not divisible by num_heads = {h}")
         if h % h_kv != 0:

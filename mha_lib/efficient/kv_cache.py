@@ -22,15 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .._checks import check_int
+
 __all__ = ["KVCache", "cached_attention"]
-
-
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {value}")
-    return value
 
 
 class KVCache:
@@ -46,10 +40,10 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device=None,
     ) -> None:
-        B = _check_int(batch_size, "batch_size", 1)
-        h_kv = _check_int(num_kv_heads, "num_kv_heads", 1)
-        self.max_len = _check_int(max_len, "max_len", 1)
-        d = _check_int(head_dim, "head_dim", 1)
+        B = check_int(batch_size, "batch_size", 1)
+        h_kv = check_int(num_kv_heads, "num_kv_heads", 1)
+        self.max_len = check_int(max_len, "max_len", 1)
+        d = check_int(head_dim, "head_dim", 1)
         self.k = torch.zeros(
             B, h_kv, self.max_len, d, dtype=dtype, device=device
         )  # (B, h_kv, T, d)
@@ -94,7 +88,7 @@ class KVCache:
 
     def truncate(self, length: int) -> None:
         """Forget every token after the first `length` (e.g. to decode again from there)."""
-        _check_int(length, "length", 0)
+        check_int(length, "length", 0)
         if length > self.length:
             raise ValueError(f"length must lie in [0, {self.length}]; got {length}")
         self.length = length

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._checks import check_int
+
 __all__ = [
     "alibi_bias",
     "alibi_score_mod",
@@ -42,17 +44,13 @@ __all__ = [
 ]
 
 
-def _check_int(value, name: str, minimum: int) -> int:
-    """Return `value` if it is an int >= minimum, else raise TypeError/ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int; got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {value}")
-    return int(value)
-
-
 # ----------------------------------------------------------------------------
 # numpy boolean masks, True = may attend
+
+
+def _check_int_like(value, name: str, minimum: int) -> int:
+    """`check_int` that also takes numpy integers (masks are often sized from numpy arrays)."""
+    return check_int(int(value) if isinstance(value, np.integer) else value, name, minimum)
 
 
 def bottom_right_causal_mask(n: int, m: int) -> np.ndarray:
@@ -64,8 +62,8 @@ def bottom_right_causal_mask(n: int, m: int) -> np.ndarray:
     `np.tril(np.ones((n, m)))` (what SDPA's is_causal=True uses when n != m)
     would let query i see only keys 0 .. i: wrong for a chunk after a cache.
     """
-    _check_int(n, "n", 1)
-    _check_int(m, "m", 1)
+    _check_int_like(n, "n", 1)
+    _check_int_like(m, "m", 1)
     if n > m:
         raise ValueError(
             f"n = {n} queries but only m = {m} keys; expected n <= m (the chunk's own keys "
@@ -76,8 +74,8 @@ def bottom_right_causal_mask(n: int, m: int) -> np.ndarray:
 
 def sliding_window_mask(N: int, window: int) -> np.ndarray:
     """(N, N) causal sliding window: query i sees keys i - window + 1 .. i (window keys)."""
-    _check_int(N, "N", 1)
-    _check_int(window, "window", 1)
+    _check_int_like(N, "N", 1)
+    _check_int_like(window, "window", 1)
     i = np.arange(N)[:, None]  # (N, 1) query positions
     j = np.arange(N)[None, :]  # (1, N) key positions
     return (j <= i) & (i - j < window)  # (N, N)
@@ -100,8 +98,8 @@ def document_mask(doc_ids) -> np.ndarray:
 
 def prefix_lm_mask(N: int, prefix_len: int) -> np.ndarray:
     """(N, N) prefix-LM mask: every query sees the whole prefix, and the rest causally."""
-    _check_int(N, "N", 1)
-    _check_int(prefix_len, "prefix_len", 0)
+    _check_int_like(N, "N", 1)
+    _check_int_like(prefix_len, "prefix_len", 0)
     if prefix_len > N:
         raise ValueError(f"prefix_len must lie in [0, N] with N = {N}; got {prefix_len}")
     i = np.arange(N)[:, None]  # (N, 1)
@@ -114,7 +112,7 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
 
     This is the published rule for h a power of two; other h use the same formula.
     """
-    h = _check_int(num_heads, "num_heads", 1)
+    h = _check_int_like(num_heads, "num_heads", 1)
     return 2.0 ** (-8.0 * np.arange(1, h + 1) / h)  # (h,)
 
 
@@ -122,8 +120,8 @@ def alibi_bias(N: int, M: int, num_heads: int) -> np.ndarray:
     """(h, N, M) ALiBi bias slope_h · (j - i), added to the scores: 0 on the diagonal,
     more negative the further back key j lies. Used with the causal mask (keys j > i blocked).
     """
-    _check_int(N, "N", 1)
-    _check_int(M, "M", 1)
+    _check_int_like(N, "N", 1)
+    _check_int_like(M, "M", 1)
     i = np.arange(N)[:, None]  # (N, 1)
     j = np.arange(M)[None, :]  # (1, M)
     return alibi_slopes(num_heads)[:, None, None] * (j - i)  # (h, N, M)
@@ -140,7 +138,7 @@ def causal_mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tens
 
 def sliding_window_mask_mod(window: int) -> Callable:
     """The mask_mod of `sliding_window_mask(N, window)`."""
-    _check_int(window, "window", 1)
+    _check_int_like(window, "window", 1)
 
     def mask_mod(b, h, q_idx, kv_idx):
         return (kv_idx <= q_idx) & (q_idx - kv_idx < window)
@@ -161,7 +159,7 @@ def document_mask_mod(doc_ids: Tensor) -> Callable:
 
 def prefix_lm_mask_mod(prefix_len: int) -> Callable:
     """The mask_mod of `prefix_lm_mask(N, prefix_len)`."""
-    _check_int(prefix_len, "prefix_len", 0)
+    _check_int_like(prefix_len, "prefix_len", 0)
 
     def mask_mod(b, h, q_idx, kv_idx):
         return (kv_idx <= q_idx) | (kv_idx < prefix_len)
@@ -181,8 +179,8 @@ def alibi_score_mod(num_heads: int) -> Callable:
 
 def mask_from_mask_mod(mask_mod: Callable, N: int, M: int) -> Tensor:
     """Evaluate a mask_mod on every (query, key) pair: (N, M) bool tensor, True = may attend."""
-    _check_int(N, "N", 1)
-    _check_int(M, "M", 1)
+    _check_int_like(N, "N", 1)
+    _check_int_like(M, "M", 1)
     zero = torch.tensor(0)
     q_idx = torch.arange(N)[:, None]  # (N, 1)
     kv_idx = torch.arange(M)[None, :]  # (1, M)
