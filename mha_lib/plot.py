@@ -153,6 +153,24 @@ def plot_attention(
     return ax
 
 
+def _panel_grid(n: int, ncols: int, width: float, height: float, extra_height: float = 0.0):
+    """A figure with n panels of width x height inches in rows of ncols, spare panels hidden.
+
+    One more inch on the right holds the shared colour bar. Returns (fig, axes (nrows, ncols)).
+    """
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(width * ncols + 1.0, height * nrows + extra_height),
+        squeeze=False,
+        layout="constrained",
+    )
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    return fig, axes
+
+
 def plot_heads(
     W,
     tokens=None,
@@ -181,21 +199,10 @@ def plot_heads(
     mask = _as_mask(mask, W.shape)
     lo, hi, scaled = _colour_limits(W, vmin, vmax, mask)
     keys = key_tokens if key_tokens is not None else tokens
-    ncols = min(ncols, h)
-    nrows = -(-h // ncols)
     width = 1.4 + 0.35 * max(W.shape[2], 5)  # inches per panel: M keys across, and a title
     height = 2.0 + 0.35 * max(W.shape[1], 4)  # N queries down, plus titles and tick labels
-    fig, axes = plt.subplots(
-        nrows,
-        ncols,
-        figsize=(width * ncols + 1.0, height * nrows),
-        squeeze=False,
-        layout="constrained",
-    )
-    for i, ax in enumerate(axes.flat):
-        if i >= h:
-            ax.axis("off")
-            continue
+    fig, axes = _panel_grid(h, min(ncols, h), width, height)
+    for i, ax in enumerate(axes.flat[:h]):
         title = titles[i] if titles is not None else f"head {i}"
         m = None if mask is None else mask[i]
         im = _draw(ax, W[i], keys, tokens, title, lo, hi, "viridis", annotate, m)
@@ -223,20 +230,10 @@ def plot_pixel_heads(
     if W.ndim != 3:
         raise ValueError(f"W has shape {W.shape}; expected per-head maps (h, rows, cols)")
     h, rows, cols = W.shape
-    ncols = min(ncols or int(np.ceil(np.sqrt(h))), h)
-    nrows = -(-h // ncols)
     side = 0.6 + 0.22 * max(rows, cols)
-    fig, axes = plt.subplots(
-        nrows,
-        ncols,
-        figsize=(side * ncols + 1.0, side * nrows + 0.4),
-        squeeze=False,
-        layout="constrained",
-    )
-    for i, ax in enumerate(axes.flat):
-        if i >= h:
-            ax.axis("off")
-            continue
+    ncols = min(ncols or int(np.ceil(np.sqrt(h))), h)
+    fig, axes = _panel_grid(h, ncols, side, side, extra_height=0.4)
+    for i, ax in enumerate(axes.flat[:h]):
         im = ax.imshow(W[i], cmap="viridis", vmin=vmin, vmax=vmax)
         if query is not None:
             ax.add_patch(
