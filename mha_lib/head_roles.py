@@ -216,11 +216,10 @@ def positional_attention(model: MiniLMEncoder, T: int = 32) -> Tensor:
         weights = []
         for layer in model.layers:
             attn = layer.self_attn
-            E, h, d = attn.embed_dim, attn.num_heads, attn.head_dim
-            W, b = attn.in_proj_weight, attn.in_proj_bias  # (3E, E), (3E,)
-            q = (P @ W[:E].T + b[:E]).view(T, h, d).transpose(0, 1)  # (h, T, d)
-            k = (P @ W[E : 2 * E].T + b[E : 2 * E]).view(T, h, d).transpose(0, 1)  # (h, T, d)
-            weights.append(torch.softmax(q @ k.transpose(1, 2) / math.sqrt(d), dim=-1))
+            x = P[None]  # (1, T, E)
+            q, k, _ = attn._project(x, x, x, True, True)  # (1, h, T, d) each: P W^h + b^h
+            scores = q[0] @ k[0].transpose(1, 2) / math.sqrt(attn.head_dim)  # (h, T, T)
+            weights.append(torch.softmax(scores, dim=-1))
     return torch.stack(weights)  # (layers, h, T, T)
 
 
