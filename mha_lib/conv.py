@@ -13,9 +13,9 @@ The construction, in the series' notation (pixels are the tokens):
   row of the tap; its shift is Δ_h = (i − k//2, j − k//2) (`kernel_shifts`);
 - the content part of every score is switched off (W_Q^h = W_K^h = 0) and
   head h scores key pixel p from query pixel q with the relative positional
-  score −α‖(p − q) − Δ_h‖² (`relative_position_scores`), added as a float
+  score −κ‖(p − q) − Δ_h‖² (`relative_position_scores`), added as a float
   mask. Its softmax over p puts almost all the weight on p = q + Δ_h: every
-  other pixel is at least 1 unit² further away, so it gets at most e^{−α}
+  other pixel is at least 1 unit² further away, so it gets at most e^{−κ}
   of the peak's weight;
 - values and output projection carry the kernel: W_V^h = weight[:, :, i, j]ᵀ
   (C_in, d_v) with d_v = C_out, and W_O (h·d_v, C_out) stacks h identity
@@ -37,7 +37,7 @@ from torch import Tensor
 from .pytorch import _check_float_tensor, _merge_heads, _split_heads
 
 __all__ = [
-    "ALPHA",
+    "KAPPA",
     "attention_conv2d",
     "conv_weight_to_attention",
     "grid_positions",
@@ -45,18 +45,18 @@ __all__ = [
     "relative_position_scores",
 ]
 
-# Why 40. A query's attention leaks a weight of about 4e^{−α} to the four
-# pixels next to its target (then 4e^{−2α} to the diagonal ones, ...), so the
-# output is off by about 4e^{−α} times the spread of the values: the relative
-# error (max |error| / max |conv output|) falls like e^{−α} and reaches the
-# rounding error of float32 (~1e-7) near α ≈ 18 and of float64 (~1e-16) near
-# α ≈ 37 (notebook 07 measures it). At α = 40 the leak, 4e^{−40} ≈ 2e-17, is
+# Why 40. A query's attention leaks a weight of about 4e^{−κ} to the four
+# pixels next to its target (then 4e^{−2κ} to the diagonal ones, ...), so the
+# output is off by about 4e^{−κ} times the spread of the values: the relative
+# error (max |error| / max |conv output|) falls like e^{−κ} and reaches the
+# rounding error of float32 (~1e-7) near κ ≈ 18 and of float64 (~1e-16) near
+# κ ≈ 37 (notebook 07 measures it). At κ = 40 the leak, 4e^{−40} ≈ 2e-17, is
 # below float64's unit roundoff, so the error is rounding alone, far inside
 # the promised 1e-8 (float64) and 1e-4 (float32). Nothing overflows at any
-# α: the peak score is exactly 0 and every other score is negative, so exp
-# only underflows, towards exact zeros, which is harmless. Larger α buys
+# κ: the peak score is exactly 0 and every other score is negative, so exp
+# only underflows, towards exact zeros, which is harmless. Larger κ buys
 # nothing but makes the scores of far pixels larger in magnitude.
-ALPHA = 40.0
+KAPPA = 40.0
 
 
 def kernel_shifts(k: int) -> Tensor:
@@ -83,18 +83,18 @@ def grid_positions(height: int, width: int, offset: int = 0) -> Tensor:
 
 
 def relative_position_scores(
-    query_pos: Tensor, key_pos: Tensor, shifts: Tensor, alpha: float, dtype=torch.float64
+    query_pos: Tensor, key_pos: Tensor, shifts: Tensor, kappa: float, dtype=torch.float64
 ) -> Tensor:
-    """(h, N, M): the score −α‖(p − q) − Δ_h‖² of key p for query q in head h.
+    """(h, N, M): the score −κ‖(p − q) − Δ_h‖² of key p for query q in head h.
 
     query_pos (N, 2), key_pos (M, 2), shifts (h, 2), all integer positions.
-    The peak score, at p = q + Δ_h, is exactly 0; every other score is ≤ −α.
+    The peak score, at p = q + Δ_h, is exactly 0; every other score is ≤ −κ.
     """
     delta = (key_pos[None, :, :] - query_pos[:, None, :]).to(dtype)  # (N, M, 2): p − q
     s = shifts.to(dtype)  # (h, 2)
     dy = delta[None, :, :, 0] - s[:, None, None, 0]  # (h, N, M)
     dx = delta[None, :, :, 1] - s[:, None, None, 1]  # (h, N, M)
-    return -alpha * (dy * dy + dx * dx)  # (h, N, M)
+    return -kappa * (dy * dy + dx * dx)  # (h, N, M)
 
 
 def conv_weight_to_attention(weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -122,7 +122,7 @@ def _check_like(t: Tensor, name: str, x: Tensor) -> None:
         )
 
 
-def _check_inputs(x, weight, bias, alpha, pad) -> None:
+def _check_inputs(x, weight, bias, kappa, pad) -> None:
     """Validate the arguments of `attention_conv2d`; raise TypeError/ValueError."""
     _check_float_tensor(x, "x")
     if x.dim() != 4 or min(x.shape) < 1:
@@ -152,16 +152,16 @@ def _check_inputs(x, weight, bias, alpha, pad) -> None:
                 f"weight of shape {shape}"
             )
         _check_like(bias, "bias", x)
-    if isinstance(alpha, bool) or not isinstance(alpha, Real):
-        raise TypeError(f"alpha must be a real number; got {type(alpha).__name__}")
-    if not (math.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"alpha must be positive and finite; got {alpha}")
+    if isinstance(kappa, bool) or not isinstance(kappa, Real):
+        raise TypeError(f"kappa must be a real number; got {type(kappa).__name__}")
+    if not (math.isfinite(kappa) and kappa > 0):
+        raise ValueError(f"kappa must be positive and finite; got {kappa}")
     if not isinstance(pad, bool):
         raise TypeError(f"pad must be True or False; got {type(pad).__name__}")
 
 
 def attention_conv2d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, alpha: float = ALPHA, pad: bool = True
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, kappa: float = KAPPA, pad: bool = True
 ) -> Tensor:
     """`F.conv2d(x, weight, bias, padding=k // 2)`, computed as multi-head self-attention.
 
@@ -174,17 +174,17 @@ def attention_conv2d(
     positional scores of `relative_position_scores` as a float mask and the
     projections of `conv_weight_to_attention`. Returns (B, C_out, H, W).
 
-    Accuracy: with pad=True and the default alpha = ALPHA = 40 (justified
-    beside ALPHA), the relative error max |out − conv| / max |conv| is at most
+    Accuracy: with pad=True and the default kappa = KAPPA = 40 (justified
+    beside KAPPA), the relative error max |out − conv| / max |conv| is at most
     1e-8 in float64 and 1e-4 in float32 (measured: about 1e-16 and 1e-7).
-    A smaller alpha gives an error that falls like e^{−alpha} (about
-    5e^{−alpha} on random data: the four pixels next to each target leak a
-    weight of about 4e^{−alpha}; notebook 07 measures it).
+    A smaller kappa gives an error that falls like e^{−kappa} (about
+    5e^{−kappa} on random data: the four pixels next to each target leak a
+    weight of about 4e^{−kappa}; notebook 07 measures it).
 
     Memory: the scores hold k²·(H·W)·(H+2r)(W+2r) numbers (r = k//2), so keep
     images small: this shows a theorem, it is not a fast convolution.
     """
-    _check_inputs(x, weight, bias, alpha, pad)
+    _check_inputs(x, weight, bias, kappa, pad)
     B, _, H, W = x.shape  # (B, C_in, H, W)
     C_out, _, k, _ = weight.shape
     h, r = k * k, (k // 2 if pad else 0)
@@ -194,7 +194,7 @@ def attention_conv2d(
     N, M = H * W, Hk * Wk
 
     scores = relative_position_scores(
-        grid_positions(H, W), grid_positions(Hk, Wk, offset=r), kernel_shifts(k), alpha, x.dtype
+        grid_positions(H, W), grid_positions(Hk, Wk, offset=r), kernel_shifts(k), kappa, x.dtype
     ).to(x.device)  # (h, N, M)
     W_v, W_o = conv_weight_to_attention(weight)  # (C_in, h·d_v), (h·d_v, C_out)
     q = x.new_zeros(B, h, N, 1)  # (B, h, N, d_k): W_Q^h = 0, no content in the scores

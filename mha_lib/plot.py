@@ -224,7 +224,8 @@ def plot_pixel_heads(
     W: (h, rows, cols), head i's attention weights laid out on the pixel grid
     (row 0 at the top). query: (row, col) of the query pixel, outlined in
     white; image_box: (row, col, height, width) of the image inside a padded
-    grid, outlined with a dashed line. Returns the Figure.
+    grid, outlined with a dashed line. The axes count pixels: rows from the top,
+    columns from the left. Returns the Figure.
     """
     W = np.asarray(W, dtype=float)
     if W.ndim != 3:
@@ -248,8 +249,15 @@ def plot_pixel_heads(
                     (c0 - 0.5, r0 - 0.5), width, height, fill=False, ec="white", lw=0.8, ls="--"
                 )
             )
-        ax.set_xticks([])
-        ax.set_yticks([])
+        step = 2 if max(rows, cols) > 6 else 1  # pixel coordinates, every other one on big grids
+        ax.set_xticks(range(0, cols, step))
+        ax.set_yticks(range(0, rows, step))
+        ax.tick_params(labelsize=6, length=2, pad=1)
+        row, col = divmod(i, ncols)
+        if col == 0:
+            ax.set_ylabel("row", fontsize=7)
+        if row == axes.shape[0] - 1 or i + ncols >= h:  # the lowest panel of its column
+            ax.set_xlabel("column", fontsize=7)
         ax.set_title(titles[i] if titles is not None else f"head {i}", fontsize=9)
     fig.colorbar(im, ax=list(axes.flat), fraction=0.03, pad=0.02, label="attention weight")
     if suptitle:

@@ -12,7 +12,8 @@ What it holds:
   runs `torch.nn.functional.scaled_dot_product_attention` (fused kernels: the
   (L, S) attention matrix is never kept); the attention weights are computed
   explicitly only when `need_weights=True`.
-- `pick_device()`: cuda, then mps, then cpu.
+- `pick_device()`: cuda, then mps, then cpu; the environment variable
+  MHA_LIB_DEVICE (e.g. `cpu`) overrides the choice.
 
 Notation, the same as in the numpy core: a batch of B sequences; queries
 (B, L, E) with L tokens of E = embed_dim features (C in the numpy notebooks);
@@ -40,6 +41,7 @@ and in its inference fast path (notebook 04 checks this in code).
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -51,13 +53,42 @@ __all__ = ["MultiHeadAttention", "explicit_attention", "pick_device"]
 
 
 def pick_device() -> torch.device:
-    """The best available device: a CUDA GPU, else Apple's MPS, else the CPU."""
+    """The best available device: a CUDA GPU, else Apple's MPS, else the CPU.
+
+    The environment variable MHA_LIB_DEVICE overrides the choice ("cpu", "cuda", "cuda:1",
+    "mps"): the test command sets MHA_LIB_DEVICE=cpu, so that the notebooks' stored CPU
+    outputs are compared on the CPU even on a machine with a GPU. A device that is named
+    but not available is an error, not a silent fallback.
+    """
+    name = os.environ.get("MHA_LIB_DEVICE", "").strip()
+    if name:
+        return _named_device(name)
     if torch.cuda.is_available():
         return torch.device("cuda")
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _named_device(name: str) -> torch.device:
+    """The device that MHA_LIB_DEVICE names, after checking that this machine has it."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(
+            f"MHA_LIB_DEVICE={name!r} is not a device name; expected 'cpu', 'cuda', "
+            "'cuda:<index>' or 'mps'"
+        ) from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no CUDA device here")
+    if device.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no MPS device here")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"MHA_LIB_DEVICE={name!r}: expected 'cpu', 'cuda' or 'mps'")
+    return device
 
 
 # ----------------------------------------------------------------------------

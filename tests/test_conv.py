@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from mha_lib.conv import (
-    ALPHA,
+    KAPPA,
     attention_conv2d,
     conv_weight_to_attention,
     grid_positions,
@@ -65,31 +65,31 @@ def test_equals_conv2d_with_zero_padding(B, C_in, C_out, k, H, W, dtype):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_default_alpha_meets_the_tolerance_with_margin(dtype):
+def test_default_kappa_meets_the_tolerance_with_margin(dtype):
     x, weight, bias = random_conv(0, 2, 3, 3, 3, 7, 6, dtype)
     ref = F.conv2d(x, weight, bias, padding=1)
-    assert ALPHA == 40.0
+    assert KAPPA == 40.0
     err = rel_error(attention_conv2d(x, weight, bias), ref)
     assert err <= TOL[dtype] / 100  # rounding only: ~1e-7 (float32), ~1e-16 (float64)
 
 
-def test_error_falls_like_exp_minus_alpha():
+def test_error_falls_like_exp_minus_kappa():
     x, weight, bias = random_conv(1, 1, 2, 3, 3, 6, 6, torch.float64)
     ref = F.conv2d(x, weight, bias, padding=1)
-    alphas = np.arange(4.0, 15.0)
-    errs = np.array([rel_error(attention_conv2d(x, weight, bias, alpha=a), ref) for a in alphas])
+    kappas = np.arange(4.0, 15.0)
+    errs = np.array([rel_error(attention_conv2d(x, weight, bias, kappa=a), ref) for a in kappas])
     assert np.all(np.diff(errs) < 0)
-    slope = np.polyfit(alphas, np.log(errs), 1)[0]
+    slope = np.polyfit(kappas, np.log(errs), 1)[0]
     assert abs(slope + 1) < 0.1
-    # too small an alpha misses both tolerances
-    assert rel_error(attention_conv2d(x, weight, bias, alpha=5.0), ref) > 1e-3
+    # too small an kappa misses both tolerances
+    assert rel_error(attention_conv2d(x, weight, bias, kappa=5.0), ref) > 1e-3
 
 
-def test_without_padding_the_border_is_wrong_at_every_alpha():
+def test_without_padding_the_border_is_wrong_at_every_kappa():
     x, weight, _ = random_conv(2, 1, 2, 3, 3, 6, 7, torch.float64)
     ref = F.conv2d(x, weight, padding=1)  # (1, 3, 6, 7)
-    for alpha in (ALPHA, 1000.0):
-        out = attention_conv2d(x, weight, alpha=alpha, pad=False)
+    for kappa in (KAPPA, 1000.0):
+        out = attention_conv2d(x, weight, kappa=kappa, pad=False)
         err = (out - ref).abs().amax(dim=(0, 1))  # (H, W)
         assert torch.all(err[1:-1, 1:-1] < 1e-12)  # interior pixels: right
         border = torch.ones_like(err, dtype=torch.bool)
@@ -122,7 +122,7 @@ def test_shifts_positions_and_scores():
     pos = grid_positions(2, 3)
     assert pos.tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
     assert grid_positions(1, 1, offset=2).tolist() == [[-2, -2]]
-    S = relative_position_scores(pos, pos, torch.tensor([[0, 1]]), alpha=2.0)  # (1, 6, 6)
+    S = relative_position_scores(pos, pos, torch.tensor([[0, 1]]), kappa=2.0)  # (1, 6, 6)
     assert S.shape == (1, 6, 6)
     # query (0, 0) with shift (0, 1): peak 0 at key (0, 1); key (1, 1) is 1 unit² away
     assert S[0, 0, 1] == 0.0 and S[0, 0, 4] == -2.0 and S[0, 0, 0] == -2.0
@@ -194,26 +194,26 @@ w0 = torch.zeros(4, 3, 3, 3)
             TypeError,
             ["bias has dtype torch.float64", "x has dtype torch.float32"],
         ),
-        ({"alpha": "40"}, TypeError, ["alpha must be a real number", "str"]),
-        ({"alpha": True}, TypeError, ["alpha must be a real number", "bool"]),
-        ({"alpha": 0.0}, ValueError, ["alpha must be positive and finite", "0.0"]),
-        ({"alpha": -1}, ValueError, ["alpha must be positive and finite", "-1"]),
-        ({"alpha": math.inf}, ValueError, ["alpha must be positive and finite", "inf"]),
-        ({"alpha": math.nan}, ValueError, ["alpha must be positive and finite", "nan"]),
+        ({"kappa": "40"}, TypeError, ["kappa must be a real number", "str"]),
+        ({"kappa": True}, TypeError, ["kappa must be a real number", "bool"]),
+        ({"kappa": 0.0}, ValueError, ["kappa must be positive and finite", "0.0"]),
+        ({"kappa": -1}, ValueError, ["kappa must be positive and finite", "-1"]),
+        ({"kappa": math.inf}, ValueError, ["kappa must be positive and finite", "inf"]),
+        ({"kappa": math.nan}, ValueError, ["kappa must be positive and finite", "nan"]),
         ({"pad": 1}, TypeError, ["pad must be True or False", "int"]),
     ],
 )
 def test_bad_input_names_the_argument_and_shapes(kwargs, error, phrases):
-    args = {"x": x0, "weight": w0, "bias": None, "alpha": ALPHA, "pad": True} | kwargs
+    args = {"x": x0, "weight": w0, "bias": None, "kappa": KAPPA, "pad": True} | kwargs
     with pytest.raises(error) as info:
         attention_conv2d(**args)
     for phrase in phrases:
         assert phrase in str(info.value), (phrase, str(info.value))
 
 
-def test_never_nan_even_for_huge_alpha():
+def test_never_nan_even_for_huge_kappa():
     x, weight, bias = random_conv(4, 1, 2, 2, 3, 5, 5, torch.float32)
-    out = attention_conv2d(x, weight, bias, alpha=1e30)
+    out = attention_conv2d(x, weight, bias, kappa=1e30)
     assert torch.isfinite(out).all()
     assert rel_error(out, F.conv2d(x, weight, bias, padding=1)) <= TOL[torch.float32]
 
@@ -227,6 +227,8 @@ def test_plot_pixel_heads_draws_one_map_per_head():
     fig = plot_pixel_heads(maps, query=(2, 3), image_box=(1, 1, 3, 4))
     images = [ax for ax in fig.axes if ax.images]
     assert len(images) == 9
+    assert list(images[0].get_xticks()) == list(range(6))  # the axes count pixels
+    assert images[0].get_ylabel() == "row" and images[-1].get_xlabel() == "column"
     plt.close(fig)
     with pytest.raises(ValueError, match=r"W has shape \(5, 6\)"):
         plot_pixel_heads(maps[0])

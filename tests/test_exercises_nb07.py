@@ -23,35 +23,35 @@ def positions(H, W):
     return np.stack([n // W, n % W], axis=1)  # (N, 2), row by row
 
 
-def scores_broadcast(H, W, shift, alpha):
+def scores_broadcast(H, W, shift, kappa):
     p = positions(H, W)  # (N, 2)
     delta = p[None, :, :] - p[:, None, :]  # (N, N, 2): key minus query
-    return -alpha * ((delta - np.array(shift)) ** 2).sum(-1)  # (N, N)
+    return -kappa * ((delta - np.array(shift)) ** 2).sum(-1)  # (N, N)
 
 
-def scores_loops(H, W, shift, alpha):
+def scores_loops(H, W, shift, kappa):
     N = H * W
     S = np.zeros((N, N))
     for n in range(N):
         for m in range(N):
             dy = (m // W - n // W) - shift[0]
             dx = (m % W - n % W) - shift[1]
-            S[n, m] = -alpha * (dy * dy + dx * dx)
+            S[n, m] = -kappa * (dy * dy + dx * dx)
     return S
 
 
-def scores_dimension_3(H, W, shift, alpha):
-    # the quadratic encoding: v · r_δ with r_δ = (‖δ‖², δ_1, δ_2); equals the scores + α‖Δ‖²
+def scores_dimension_3(H, W, shift, kappa):
+    # the quadratic encoding: v · r_δ with r_δ = (‖δ‖², δ_1, δ_2); equals the scores + κ‖Δ‖²
     p = positions(H, W)
     delta = p[None, :, :] - p[:, None, :]  # (N, N, 2)
     r = np.concatenate([(delta**2).sum(-1, keepdims=True), delta], axis=-1)  # (N, N, 3)
-    v = -alpha * np.array([1.0, -2 * shift[0], -2 * shift[1]])  # (3,)
+    v = -kappa * np.array([1.0, -2 * shift[0], -2 * shift[1]])  # (3,)
     return r @ v  # (N, N)
 
 
-def scores_library(H, W, shift, alpha):
+def scores_library(H, W, shift, kappa):
     pos = grid_positions(H, W)
-    return relative_position_scores(pos, pos, torch.tensor([shift]), alpha)[0]  # (N, N) tensor
+    return relative_position_scores(pos, pos, torch.tensor([shift]), kappa)[0]  # (N, N) tensor
 
 
 @pytest.mark.parametrize(
@@ -67,11 +67,11 @@ def _softmax(S):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def _column_major(H, W, shift, alpha):
+def _column_major(H, W, shift, kappa):
     n = np.arange(H * W)
     p = np.stack([n % H, n // H], axis=1)
     delta = p[None, :, :] - p[:, None, :]
-    return -alpha * ((delta - np.array(shift)) ** 2).sum(-1)
+    return -kappa * ((delta - np.array(shift)) ** 2).sum(-1)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def _column_major(H, W, shift, alpha):
         (lambda H, W, s, a: scores_broadcast(H, W, s, a).T, "the peak is at q − Δ"),
         (lambda H, W, s, a: scores_broadcast(H, W, (-s[0], -s[1]), a), "the peak is at q − Δ"),
         (lambda H, W, s, a: -scores_broadcast(H, W, s, a), "the sign is wrong"),
-        (lambda H, W, s, a: scores_broadcast(H, W, s, 1.0), "α is missing"),
+        (lambda H, W, s, a: scores_broadcast(H, W, s, 1.0), "κ is missing"),
         (lambda H, W, s, a: -np.sqrt(-scores_broadcast(H, W, s, a) / a) * a, "not squared"),
         (lambda H, W, s, a: _softmax(scores_broadcast(H, W, s, a)), "returns the softmax"),
         (lambda H, W, s, a: scores_broadcast(H, W, (s[1], s[0]), a), "components of the shift"),
@@ -97,10 +97,10 @@ def test_check_relative_scores_rejects_mistakes(capsys, wrong, phrase):
 
 
 def test_check_relative_scores_names_the_manhattan_distance(capsys):
-    def manhattan(H, W, shift, alpha):
+    def manhattan(H, W, shift, kappa):
         p = positions(H, W)
         delta = p[None, :, :] - p[:, None, :]
-        return -alpha * np.abs(delta - np.array(shift)).sum(-1)
+        return -kappa * np.abs(delta - np.array(shift)).sum(-1)
 
     assert check_relative_scores(manhattan) is False
     assert "squared Euclidean" in verdict(capsys)

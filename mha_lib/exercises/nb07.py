@@ -1,7 +1,7 @@
 """Checkers for notebook 07 (attention as convolution).
 
-- `check_relative_scores(fn)`: fn(H, W, shift, alpha) -> the (N, N) scores
-  −α‖(p_m − p_n) − Δ‖² of one head over the N = H·W pixels of an image,
+- `check_relative_scores(fn)`: fn(H, W, shift, kappa) -> the (N, N) scores
+  −κ‖(p_m − p_n) − Δ‖² of one head over the N = H·W pixels of an image,
   numbered row by row (rows = query pixels n, columns = key pixels m);
 - `check_value_weights(fn)`: fn(weight) -> W_v (C_in, k²·C_out), the value
   projections of the k² heads side by side, head i·k + j holding
@@ -32,10 +32,10 @@ def _positions(H: int, W: int, column_major: bool = False) -> np.ndarray:
     return np.stack([n // W, n % W], axis=1)
 
 
-def _scores(pos: np.ndarray, shift, alpha: float, dist=lambda d: (d**2).sum(-1)) -> np.ndarray:
-    """(N, N): −α dist((p_m − p_n) − Δ) for query n (row) and key m (column)."""
+def _scores(pos: np.ndarray, shift, kappa: float, dist=lambda d: (d**2).sum(-1)) -> np.ndarray:
+    """(N, N): −κ dist((p_m − p_n) − Δ) for query n (row) and key m (column)."""
     delta = pos[None, :, :] - pos[:, None, :]  # (N, N, 2): key minus query
-    return -alpha * dist(delta - np.asarray(shift))  # (N, N)
+    return -kappa * dist(delta - np.asarray(shift))  # (N, N)
 
 
 def _same_softmax(a: np.ndarray, b: np.ndarray, tol: float = 1e-8) -> bool:
@@ -49,52 +49,52 @@ def _same_softmax(a: np.ndarray, b: np.ndarray, tol: float = 1e-8) -> bool:
 
 @checker("relative_scores")
 def check_relative_scores(fn):
-    """Check fn(H, W, shift, alpha) -> (H·W, H·W) scores −α‖(p_m − p_n) − Δ‖².
+    """Check fn(H, W, shift, kappa) -> (H·W, H·W) scores −κ‖(p_m − p_n) − Δ‖².
 
     Any answer that differs from the reference by a constant along each row is
     accepted: the softmax of a row cannot tell them apart.
     """
     problem = None
-    for H, W, shift, alpha in ((3, 4, (1, 2), 2.0), (4, 2, (-1, 2), 0.5)):
+    for H, W, shift, kappa in ((3, 4, (1, 2), 2.0), (4, 2, (-1, 2), 0.5)):
         N = H * W
         pos = _positions(H, W)  # (N, 2)
-        expected = _scores(pos, shift, alpha)  # (N, N)
-        result, problem = run(fn, H, W, tuple(shift), alpha)
+        expected = _scores(pos, shift, kappa)  # (N, N)
+        result, problem = run(fn, H, W, tuple(shift), kappa)
         if problem is None:
             result, problem = as_array(result, (N, N))
         if problem is None and not _same_softmax(result, expected):
-            problem = _diagnose_scores(result, expected, H, W, shift, alpha)
+            problem = _diagnose_scores(result, expected, H, W, shift, kappa)
         if problem is not None:
             break
     return problem
 
 
-def _diagnose_scores(result, expected, H, W, shift, alpha) -> str:
+def _diagnose_scores(result, expected, H, W, shift, kappa) -> str:
     pos = _positions(H, W)
     if np.allclose(result, softmax(expected), atol=1e-8):
         return (
             "it returns the softmax of the scores (the attention weights); return the scores "
-            "themselves, −α‖(p − q) − Δ‖²"
+            "themselves, −κ‖(p − q) − Δ‖²"
         )
     wrong = {
         "the peak is at q − Δ instead of q + Δ: rows are query pixels q, columns key pixels "
-        "p, and the relative position is δ = p − q (key minus query)": _scores(-pos, shift, alpha),
-        "the sign is wrong: the score is −α‖δ − Δ‖², largest (0) at the target pixel and "
+        "p, and the relative position is δ = p − q (key minus query)": _scores(-pos, shift, kappa),
+        "the sign is wrong: the score is −κ‖δ − Δ‖², largest (0) at the target pixel and "
         "negative everywhere else": -expected,
-        "α is missing: multiply the squared distance by α": expected / alpha,
+        "κ is missing: multiply the squared distance by κ": expected / kappa,
         "the distance is not squared: use ‖δ − Δ‖², the square is what makes the score a dot "
-        "product of dimension 3": _scores(pos, shift, alpha, lambda d: np.sqrt((d**2).sum(-1))),
+        "product of dimension 3": _scores(pos, shift, kappa, lambda d: np.sqrt((d**2).sum(-1))),
         "that is the distance |δ_1 − Δ_1| + |δ_2 − Δ_2|; use the squared Euclidean distance "
-        "‖δ − Δ‖²": _scores(pos, shift, alpha, lambda d: np.abs(d).sum(-1)),
+        "‖δ − Δ‖²": _scores(pos, shift, kappa, lambda d: np.abs(d).sum(-1)),
         "the pixels are numbered column by column: number them row by row, pixel n at row "
-        "n // W and column n % W": _scores(_positions(H, W, column_major=True), shift, alpha),
+        "n // W and column n % W": _scores(_positions(H, W, column_major=True), shift, kappa),
         "the two components of the shift are swapped: Δ = (rows, columns), the same order as "
-        "the pixel positions (row, column)": _scores(pos, shift[::-1], alpha),
+        "the pixel positions (row, column)": _scores(pos, shift[::-1], kappa),
     }
     for message, candidate in wrong.items():
         if _same_softmax(result, candidate):
             return message
-    return "wrong values: entry [n, m] must be −α‖(p_m − p_n) − Δ‖² for query n and key m"
+    return "wrong values: entry [n, m] must be −κ‖(p_m − p_n) − Δ‖² for query n and key m"
 
 
 # ---------------------------------------------------------------------------- value weights
