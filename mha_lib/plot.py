@@ -6,7 +6,9 @@ get their values written in the cells. Two options keep a picture honest:
 - colours on a fixed 0-1 scale, or scaled to the data (vmin=None,
   vmax=None), and the colour bar says which;
 - `mask` (numpy convention, True = may attend): blocked cells are drawn
-  hatched grey, so a masked position never looks like a weight of zero.
+  hatched grey, so a masked position never looks like a weight of zero;
+  cells that hold NaN or -inf (a common way to mark masked entries of a
+  bias or of scores) are drawn the same way and left out of the colour scale.
 `plot_pixel_heads` draws, for an image whose pixels are the tokens
 (notebook 07), one query pixel's weights laid out on the pixel grid, one
 small map per head. Imported explicitly
@@ -25,19 +27,28 @@ MASK_FACE = "0.85"  # light grey behind the hatching of a blocked cell
 MASK_HATCH = "///"
 
 
-def _as_mask(mask, shape: tuple[int, ...]) -> np.ndarray | None:
-    """`mask` as a boolean array of exactly `shape` (True = may attend), or None."""
-    if mask is None:
-        return None
-    mask = np.asarray(mask)
-    if mask.dtype != np.bool_:
-        raise TypeError(f"mask must be a boolean array (True = may attend); got dtype {mask.dtype}")
-    try:
-        return np.broadcast_to(mask, shape)
-    except ValueError:
-        raise ValueError(
-            f"mask has shape {mask.shape}; expected a shape that broadcasts to {shape}"
-        ) from None
+def _as_mask(mask, A: np.ndarray) -> np.ndarray | None:
+    """`mask` as a boolean array of exactly A's shape (True = may attend), or None.
+
+    Cells of A that are NaN or -inf count as masked too.
+    """
+    shape = A.shape
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_:
+            raise TypeError(
+                f"mask must be a boolean array (True = may attend); got dtype {mask.dtype}"
+            )
+        try:
+            mask = np.broadcast_to(mask, shape)
+        except ValueError:
+            raise ValueError(
+                f"mask has shape {mask.shape}; expected a shape that broadcasts to {shape}"
+            ) from None
+    blank = np.isnan(A) | np.isneginf(A)  # masked entries written into the data
+    if blank.any():
+        mask = ~blank if mask is None else mask & ~blank
+    return mask
 
 
 def _colour_limits(A: np.ndarray, vmin, vmax, mask) -> tuple[float, float, bool]:
@@ -135,7 +146,8 @@ def plot_attention(
     tokens label the rows (and the columns, unless key_tokens is given).
     vmin=None and/or vmax=None scale the colours to the data (for raw scores,
     or weights that span a small range); the colour bar then says so.
-    mask (N, M) bool, True = may attend: blocked cells are hatched grey.
+    mask (N, M) bool, True = may attend: blocked cells are hatched grey, and
+    so are cells of A that are NaN or -inf (left out of the colour scale).
     label names the colour bar's quantity ("weight", "score").
     Returns the Axes.
     """
@@ -143,7 +155,7 @@ def plot_attention(
     if ax is None:
         size = 1.0 + 0.45 * max(np.shape(A)[-1], 4)
         _, ax = plt.subplots(figsize=(size + 1.2, size))
-    mask = _as_mask(mask, A.shape)
+    mask = _as_mask(mask, A)
     lo, hi, scaled = _colour_limits(A, vmin, vmax, mask)
     keys = key_tokens if key_tokens is not None else tokens
     im = _draw(ax, A, keys, tokens, title, lo, hi, cmap, annotate, mask)
@@ -196,7 +208,7 @@ def plot_heads(
     if W.ndim != 3:
         raise ValueError(f"W has shape {W.shape}; expected per-head weights (h, N, M)")
     h = W.shape[0]
-    mask = _as_mask(mask, W.shape)
+    mask = _as_mask(mask, W)
     lo, hi, scaled = _colour_limits(W, vmin, vmax, mask)
     keys = key_tokens if key_tokens is not None else tokens
     width = 1.4 + 0.35 * max(W.shape[2], 5)  # inches per panel: M keys across, and a title

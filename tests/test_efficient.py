@@ -15,10 +15,12 @@ import mha_lib
 from mha_lib.efficient import (
     GroupedQueryAttention,
     KVCache,
+    TileStats,
     alibi_bias,
     alibi_score_mod,
     alibi_slopes,
     bottom_right_causal_mask,
+    bottom_right_causal_mask_mod,
     cached_attention,
     causal_mask_mod,
     document_mask,
@@ -136,6 +138,167 @@ def test_flash_forward_and_backward_functions_match_the_autograd_function():
     torch.testing.assert_close(o, o_ref.detach())
     for g, g_ref in zip(grads, torch.autograd.grad(o_ref, (q, k, v), do)):
         torch.testing.assert_close(g, g_ref)
+
+
+# --- FlashAttention with a mask_mod --------------------------------------------------------------
+
+
+def zoo_mask_mods(N, M, seed):
+    """(name, mask_mod, (N, M) bool mask) for every mask of the zoo at these sizes."""
+    rng = np.random.default_rng(seed)
+    ids = np.sort(rng.integers(0, 3, size=max(N, M)))  # packed documents, in order
+    n_prefix = int(rng.integers(0, M + 1))
+    window = int(rng.integers(1, 5))
+    i, j = np.arange(N)[:, None], np.arange(M)[None, :]  # written from each definition
+    mods = [
+        ("none", None, np.ones((N, M), dtype=bool)),
+        ("causal", causal_mask_mod, j <= i),
+        ("window", sliding_window_mask_mod(window), (j <= i) & (i - j < window)),
+        ("document", document_mask_mod(torch.from_numpy(ids)), ids[:N, None] == ids[None, :M]),
+        ("prefix-LM", prefix_lm_mask_mod(n_prefix), (j <= i) | (j < n_prefix)),
+    ]
+    if N <= M:
+        mods.append(("bottom-right", bottom_right_causal_mask_mod(N, M), j <= i + M - N))
+    return mods
+
+
+def assert_flash_with_mask_mod_equals_sdpa(B, h, N, M, d, bq, bk, dtype, seed):
+    q, k, v = qkv(B, h, N, M, d, d + 1, seed, dtype, requires_grad=True)
+    do = randn(B, h, N, d + 1, seed=seed + 3, dtype=dtype)
+    tol = TOL[dtype]
+    for name, mod, mask in zoo_mask_mods(N, M, seed):
+        stats = TileStats()
+        o, lse = flash_attention(q, k, v, block_q=bq, block_k=bk, mask_mod=mod, stats=stats)
+        attn_mask = torch.from_numpy(mask)
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)  # (B, h, N, d_v)
+        torch.testing.assert_close(o, ref, rtol=tol, atol=tol, msg=name)
+        assert torch.isfinite(o).all(), name
+        scores = q.detach() @ k.detach().transpose(-2, -1) / math.sqrt(d)  # (B, h, N, M)
+        expected_lse = torch.logsumexp(scores.masked_fill(~attn_mask, -math.inf), dim=-1)
+        torch.testing.assert_close(lse, expected_lse, rtol=tol, atol=tol, msg=name)
+        for g, g_ref in zip(
+            torch.autograd.grad(o, (q, k, v), do), torch.autograd.grad(ref, (q, k, v), do)
+        ):
+            assert torch.isfinite(g).all(), name
+            torch.testing.assert_close(g, g_ref, rtol=tol, atol=tol, msg=name)
+        nq, nk = -(-N // bq), -(-M // bk)
+        padded = np.zeros((nq * bq, nk * bk), dtype=bool)
+        padded[:N, :M] = mask
+        live = padded.reshape(nq, bq, nk, bk).any(axis=(1, 3))  # (nq, nk) tiles with a True
+        assert (stats.visited, stats.skipped) == (live.sum(), (~live).sum()), name
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 2),  # B
+    st.integers(1, 2),  # h
+    st.integers(1, 17),  # N
+    st.integers(1, 17),  # M
+    st.integers(1, 4),  # d
+    st.integers(1, 6),  # block_q
+    st.integers(1, 6),  # block_k
+    st.sampled_from(DTYPES),
+    seeds,
+)
+def test_flash_with_every_mask_of_the_zoo_equals_sdpa_with_the_explicit_mask(
+    B, h, N, M, d, bq, bk, dtype, seed
+):
+    assert_flash_with_mask_mod_equals_sdpa(B, h, N, M, d, bq, bk, dtype, seed % 2**31)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("N", "M", "bq", "bk"), [(16, 16, 4, 4), (5, 23, 2, 8), (23, 5, 8, 2)])
+def test_flash_with_mask_mods_fixed_sizes(N, M, bq, bk, dtype):
+    assert_flash_with_mask_mod_equals_sdpa(2, 2, N, M, 4, bq, bk, dtype, seed=11)
+
+
+def test_is_causal_is_the_causal_mask_mod():
+    q, k, v = qkv(1, 2, 11, 7, 3, 3, seed=4, dtype=torch.float64)
+    a, b = TileStats(), TileStats()
+    o1, l1 = flash_attention(q, k, v, True, 4, 2, stats=a)
+    o2, l2 = flash_attention(q, k, v, False, 4, 2, mask_mod=causal_mask_mod, stats=b)
+    assert torch.equal(o1, o2) and torch.equal(l1, l2) and a == b
+
+
+def test_flash_skips_fully_masked_tiles_in_both_passes():
+    """Causal N = M = 64 in tiles of 16: the 4 x 4 grid keeps its 10 tiles on or below the
+    diagonal; a window of 16 keeps the 4 diagonal tiles and the 3 below them."""
+    q, k, v = qkv(1, 1, 64, 64, 4, 4, seed=5, dtype=torch.float64)
+    for mod, visited in ((causal_mask_mod, 10), (sliding_window_mask_mod(16), 7)):
+        forward, backward = TileStats(), TileStats()
+        o, lse = flash_attention_forward(q, k, v, False, 16, 16, mod, forward)
+        flash_attention_backward(torch.ones_like(o), q, k, v, o, lse, False, 16, 16, mod, backward)
+        assert forward == backward == TileStats(visited=visited, skipped=16 - visited)
+        assert forward.total == 16 and forward.sparsity == (16 - visited) / 16
+    calls = []
+
+    def spy(b, h, q_idx, kv_idx):
+        calls.append((int(q_idx.min()), int(kv_idx.min())))
+        return kv_idx <= q_idx
+
+    flash_attention(q, k, v, block_q=32, block_k=32, mask_mod=spy)
+    assert calls == [(0, 0), (0, 32), (32, 0), (32, 32)]  # evaluated once per tile
+
+
+def test_flash_rows_with_nothing_to_attend_give_zeros_and_zero_gradients():
+    q, k, v = qkv(1, 2, 6, 8, 3, 2, seed=6, dtype=torch.float64, requires_grad=True)
+
+    def mod(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (q_idx % 3 != 0)  # rows 0 and 3 see nothing
+
+    o, lse = flash_attention(q, k, v, block_q=2, block_k=3, mask_mod=mod)
+    assert (o[:, :, [0, 3]] == 0).all() and torch.isneginf(lse[:, :, [0, 3]]).all()
+    assert torch.isfinite(o).all()
+    dq, dk, dv = torch.autograd.grad(o.sum(), (q, k, v))
+    assert (dq[:, :, [0, 3]] == 0).all() and torch.isfinite(dk).all() and torch.isfinite(dv).all()
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: flash_attention(q, k, v, block_q=2, block_k=3, mask_mod=mod)[0], (q, k, v)
+    )
+
+
+@pytest.mark.parametrize(("N", "M"), [(3, 7), (7, 7), (4, 4)])
+def test_flash_gradcheck_with_the_bottom_right_and_document_masks(N, M):
+    q, k, v = qkv(1, 2, N, M, 3, 2, seed=7, dtype=torch.float64, requires_grad=True)
+    ids = torch.tensor([0, 0, 1, 1, 1, 2, 2])[:M]
+    for mod in (bottom_right_causal_mask_mod(N, M), document_mask_mod(ids)):
+        assert torch.autograd.gradcheck(
+            lambda q, k, v, mod=mod: flash_attention(q, k, v, block_q=2, block_k=3, mask_mod=mod)[
+                0
+            ],
+            (q, k, v),
+        )
+
+
+def test_flash_mask_mod_may_depend_on_batch_and_head():
+    q, k, v = qkv(2, 3, 9, 9, 4, 4, seed=8, dtype=torch.float64)
+
+    def per_head_window(b, h, q_idx, kv_idx):  # head h looks back h + 1 tokens, batch 1 also
+        return (kv_idx <= q_idx) & ((q_idx - kv_idx <= h) | (b == 1))  # all of the past
+
+    o, _ = flash_attention(q, k, v, block_q=4, block_k=4, mask_mod=per_head_window)
+    i, j = torch.arange(9)[:, None], torch.arange(9)[None, :]
+    h = torch.arange(3)[:, None, None]
+    mask = torch.stack([(j <= i) & (i - j <= h), (j <= i).expand(3, 9, 9)])  # (B, h, N, M)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(o, ref)
+
+
+def test_a_chunk_against_a_cache_through_flash_attention():
+    """Prefill 6 tokens into a cache, then a chunk of 3 through flash with the bottom-right
+    mask_mod: equal to full causal attention over all 9 tokens, and to cached_attention."""
+    q, k, v = qkv(1, 2, 9, 9, 4, 4, seed=9, dtype=torch.float64)
+    full = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (1, 2, 9, 4)
+    cache = KVCache(1, 2, 9, 4, dtype=torch.float64)
+    cache.append(k[:, :, :6], v[:, :, :6])
+    expected = cached_attention(q[:, :, 6:], k[:, :, 6:], v[:, :, 6:], cache)
+    k_all, v_all = cache.k[:, :, :9], cache.v[:, :, :9]
+    chunk, _ = flash_attention(
+        q[:, :, 6:], k_all, v_all, block_q=2, block_k=4, mask_mod=bottom_right_causal_mask_mod(3, 9)
+    )
+    torch.testing.assert_close(chunk, full[:, :, 6:])
+    torch.testing.assert_close(chunk, expected)
+    top_left, _ = flash_attention(q[:, :, 6:], k_all, v_all, True, 2, 4)
+    assert (top_left - full[:, :, 6:]).abs().max() > 1e-3
 
 
 def test_flash_keeps_linear_memory_for_backward_naive_quadratic():
@@ -355,8 +518,43 @@ def test_document_mask():
     np.testing.assert_array_equal(mask_from_mask_mod(causal_mask_mod, 5, 5), mha_lib.causal_mask(5))
 
 
-def test_alibi_bias_and_slopes():
+def reference_alibi_slopes(h):
+    """The rule of Press et al., written from its description: for a power of two n the
+    slopes start at 2^(-8/n) and each is the previous times 2^(-8/n); otherwise the slopes of
+    the largest power of two p below h, then the 1st, 3rd, 5th ... slopes of 2p's rule."""
+
+    def powers(n):
+        start = 2.0 ** (-8.0 / n)
+        out = [start]
+        while len(out) < n:
+            out.append(out[-1] * start)
+        return out
+
+    p = 1
+    while 2 * p <= h:
+        p *= 2
+    return powers(p) + powers(2 * p)[::2][: h - p]
+
+
+@pytest.mark.parametrize("h", range(1, 33))
+def test_alibi_slopes_follow_the_reference_rule(h):
+    slopes = alibi_slopes(h)
+    assert slopes.shape == (h,)
+    np.testing.assert_allclose(slopes, reference_alibi_slopes(h), rtol=1e-12, atol=0)
+    assert len(set(slopes.tolist())) == h and np.all((slopes > 0) & (slopes < 1))
+
+
+def test_alibi_slopes_known_values():
     np.testing.assert_allclose(alibi_slopes(8), [2.0**-k for k in range(1, 9)])
+    np.testing.assert_allclose(alibi_slopes(6), [0.25, 0.0625, 2**-6, 2**-8, 0.5, 0.125])
+    np.testing.assert_allclose(
+        np.round(alibi_slopes(6), 4), [0.25, 0.0625, 0.0156, 0.0039, 0.5, 0.125]
+    )
+    np.testing.assert_allclose(alibi_slopes(1), [2**-8])
+    assert not np.allclose(alibi_slopes(6), 2.0 ** (-8 * np.arange(1, 7) / 6))  # not 2^(-8k/h)
+
+
+def test_alibi_bias():
     bias = alibi_bias(4, 5, 2)  # (h, N, M)
     expected = np.array(
         [[[s * (j - i) for j in range(5)] for i in range(4)] for s in (1 / 16, 1 / 256)]
@@ -487,6 +685,24 @@ k4 = torch.zeros(1, 2, 6, 4)
         (lambda: flash_attention(q4, k4.double(), k4), TypeError, "k is torch.float64"),
         (lambda: flash_attention(q4, k4, k4, is_causal=1), TypeError, "is_causal"),
         (lambda: flash_attention(q4[:, :, :0], k4, k4), ValueError, "at least one token"),
+        (
+            lambda: flash_attention(q4, k4, k4, is_causal=True, mask_mod=causal_mask_mod),
+            ValueError,
+            "give one of them",
+        ),
+        (lambda: flash_attention(q4, k4, k4, mask_mod="causal"), TypeError, "mask_mod must be a"),
+        (
+            lambda: flash_attention(q4, k4, k4, mask_mod=lambda b, h, i, j: (j <= i).float()),
+            TypeError,
+            "mask_mod must return a bool tensor",
+        ),
+        (
+            lambda: flash_attention(q4, k4, k4, mask_mod=lambda b, h, i, j: torch.ones(3, 3) > 0),
+            ValueError,
+            "mask_mod returned shape (3, 3)",
+        ),
+        (lambda: flash_attention(q4, k4, k4, stats={}), TypeError, "stats must be a TileStats"),
+        (lambda: bottom_right_causal_mask_mod(5, 3), ValueError, "expected n <= m"),
         (lambda: GroupedQueryAttention(8, 4, 3), ValueError, "num_kv_heads = 3 does not divide"),
         (lambda: GroupedQueryAttention(9, 4, 2), ValueError, "not divisible by num_heads"),
         (lambda: GroupedQueryAttention(8, 4, 0), ValueError, "num_kv_heads must be at least 1"),

@@ -3,10 +3,12 @@
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
+from mha_lib.efficient import bottom_right_causal_mask_mod, flash_attention
 from mha_lib.exercises.nb08 import (
     check_chunk_causal_mask,
-    check_online_softmax_step,
+    check_decode_chunk,
     check_sliding_window_mask,
 )
 
@@ -126,79 +128,148 @@ def test_check_chunk_causal_mask_rejects_mistakes(capsys, wrong, message):
     assert out.startswith("✗ chunk_causal_mask:") and message in out
 
 
-# online_softmax_step ----------------------------------------------------------------------------
+# decode_chunk -----------------------------------------------------------------------------------
 
 
-def step_reference(m, s, acc, scores, v_block):
-    m_new = torch.maximum(m, scores.max(dim=-1, keepdim=True).values)
-    rescale = torch.exp(m - m_new)
-    p = torch.exp(scores - m_new)
-    return m_new, s * rescale + p.sum(dim=-1, keepdim=True), acc * rescale + p @ v_block
+def decode_reference(q_new, k_new, v_new, cache, stats):
+    k, v = cache.append(k_new, v_new)  # (B, h, m, d): the cache and the chunk
+    n, m = q_new.shape[2], k.shape[2]
+    mod = bottom_right_causal_mask_mod(n, m)
+    return flash_attention(q_new, k, v, block_q=4, block_k=4, mask_mod=mod, stats=stats)[0]
 
 
-def step_numpy(m, s, acc, scores, v_block):
-    m, s, acc, scores, v_block = (t.numpy() for t in (m, s, acc, scores, v_block))
-    m_new = np.maximum(m, scores.max(axis=-1, keepdims=True))
-    p = np.exp(scores - m_new)
-    alpha = np.exp(m - m_new)
-    return m_new, alpha * s + p.sum(axis=-1, keepdims=True), alpha * acc + p @ v_block
+def decode_own_mask_mod(q_new, k_new, v_new, cache, stats):
+    cache.append(k_new, v_new)
+    k, v = cache.k[:, :, : cache.length], cache.v[:, :, : cache.length]
+    offset = cache.length - q_new.shape[2]  # query i sits at position offset + i
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + offset
+
+    o, _ = flash_attention(q_new, k, v, False, 4, 4, mask_mod=mask_mod, stats=stats)
+    return o
 
 
-@pytest.mark.parametrize("fn", [step_reference, step_numpy])
-def test_check_online_softmax_step_accepts_correct_forms(capsys, fn):
-    assert check_online_softmax_step(fn)
-    assert "✓ online_softmax_step: correct" in verdict(capsys)
+def decode_positions_mask_mod(q_new, k_new, v_new, cache, stats):
+    start = cache.length  # position of the chunk's first token
+    k, v = cache.append(k_new, v_new)
+    o, _lse = flash_attention(
+        q_new,
+        k,
+        v,
+        block_q=4,
+        block_k=4,
+        mask_mod=lambda b, h, i, j: j <= start + i,
+        stats=stats,
+    )
+    return o
 
 
-def _mistake(kind):
-    def fn(m, s, acc, scores, v_block):
-        block_max = scores.max(dim=-1, keepdim=True).values
-        m_new = block_max if kind == "block max" else torch.maximum(m, block_max)
-        if kind == "old max":
-            m_new = m
-        rescale = torch.exp(m - m_new)
-        if kind == "upside down":
-            rescale = torch.exp(m_new - m)
-        p = torch.exp(scores - m_new)
-        s_new = (s if kind in ("sum", "both") else s * rescale) + p.sum(dim=-1, keepdim=True)
-        acc_new = (acc if kind in ("acc", "both") else acc * rescale) + p @ v_block
-        if kind == "no max":
-            s_new = s + torch.exp(scores).sum(dim=-1, keepdim=True)
-        if kind == "normalised":
-            acc_new = acc_new / s_new
-        if kind == "squeezed":
-            return m_new[:, 0], s_new[:, 0], acc_new
-        if kind == "pair":
-            return m_new, s_new
-        return m_new, s_new, acc_new
+@pytest.mark.parametrize("fn", [decode_reference, decode_own_mask_mod, decode_positions_mask_mod])
+def test_check_decode_chunk_accepts_correct_forms(capsys, fn):
+    assert check_decode_chunk(fn)
+    assert "✓ decode_chunk: correct" in verdict(capsys)
+
+
+def _decode(mask, keys="appended", blocks=4, calls=1, stats_on=True, ret="o", append=1):
+    """A decoding step with one mistake; mask(n, m, length_before) -> mask_mod or 'causal'."""
+
+    def fn(q_new, k_new, v_new, cache, stats):
+        before = cache.length
+        if append == 0:
+            k = torch.cat([cache.k[:, :, :before], k_new], dim=2)
+            v = torch.cat([cache.v[:, :, :before], v_new], dim=2)
+        for _ in range(append):
+            k, v = cache.append(k_new, v_new)
+        if keys == "buffer":
+            k, v = cache.k, cache.v
+        elif keys == "chunk":
+            k, v = k_new, v_new
+        n, m = q_new.shape[2], k.shape[2]
+        mod = mask(n, m, before)
+        for _ in range(calls):
+            out = flash_attention(
+                q_new,
+                k,
+                v,
+                is_causal=mod == "causal",
+                block_q=blocks,
+                block_k=blocks,
+                mask_mod=None if mod in ("causal", None) else mod,
+                stats=stats if stats_on else None,
+            )
+        return out if ret == "pair" else out[0]
 
     return fn
 
 
+def _offset(extra):
+    def mask(n, m, before):
+        return lambda b, h, i, j: j <= i + m - n + extra
+
+    return mask
+
+
+def sdpa_with_the_right_mask(q_new, k_new, v_new, cache, stats):
+    k, v = cache.append(k_new, v_new)
+    n, m = q_new.shape[2], k.shape[2]
+    allowed = torch.ones(n, m, dtype=torch.bool).tril(m - n)
+    return F.scaled_dot_product_attention(q_new, k, v, attn_mask=allowed)
+
+
 @pytest.mark.parametrize(
-    ("kind", "message"),
+    ("wrong", "message"),
     [
-        ("sum", "forgot to rescale the running sum"),
-        ("acc", "forgot to rescale acc"),
-        ("both", "forgot to rescale both"),
-        ("upside down", "upside down"),
-        ("block max", "the block's max only"),
-        ("old max", "the old max"),
-        ("normalised", "acc_new is normalised"),
-        ("no max", "without subtracting the max"),
-        ("squeezed", "keep a (N, 1) axis"),
-        ("pair", "expected a triple"),
+        (_decode(lambda n, m, before: "causal"), "aligned to the top left"),
+        (_decode(lambda n, m, before: None), "there is no mask"),
+        (_decode(lambda n, m, before: "causal", keys="chunk"), "its own keys only"),
+        (
+            _decode(lambda n, m, before: lambda b, h, i, j: ~(j <= i + m - n)),
+            "the mask is inverted",
+        ),
+        (_decode(_offset(-1)), "yours blocks it"),
+        (_decode(_offset(+1)), "one key from its future"),
+        (
+            _decode(lambda n, m, before: bottom_right_causal_mask_mod(n, m), keys="buffer"),
+            "empty slots included: use the first cache.length",
+        ),
+        (_decode(lambda n, m, before: None, keys="buffer"), "empty slots included, with no mask"),
+        (
+            _decode(lambda n, m, before: lambda b, h, i, j: j <= i + before - n),
+            "BEFORE the chunk was appended",
+        ),
+        (_decode(_offset(0), append=0), "the cache was not updated"),
+        (_decode(_offset(0), append=2), "appended to the cache twice"),
+        (_decode(_offset(0), stats_on=False), "stats counted no tiles"),
+        (sdpa_with_the_right_mask, "stats counted no tiles"),
+        (_decode(_offset(0), calls=2), "every tile twice"),
+        (_decode(_offset(0), blocks=64), "tiles of 4 x 4 give"),
+        (_decode(_offset(0), blocks=2), "tiles of 4 x 4 give"),
+        (_decode(_offset(0), ret="pair"), "return o only"),
+        (
+            _decode(lambda n, m, before: lambda b, h, i, j: j <= i + m - n, keys="buffer"),
+            "empty slots included: use the first cache.length",
+        ),
+        (lambda q, k, v, cache, stats: None, "not implemented"),
+        (lambda q, k, v, cache, stats: q.numpy(), "expected a torch tensor"),
+        (lambda q, k, v, cache, stats: q[:, :, :, :2], "o has shape"),
     ],
 )
-def test_check_online_softmax_step_rejects_mistakes(capsys, kind, message):
-    assert not check_online_softmax_step(_mistake(kind))
+def test_check_decode_chunk_rejects_mistakes(capsys, wrong, message):
+    assert not check_decode_chunk(wrong)
     out = verdict(capsys)
-    assert out.startswith("✗ online_softmax_step:") and message in out
+    assert out.startswith("✗ decode_chunk:") and message in out, out
 
 
-def test_check_online_softmax_step_reports_a_crash(capsys):
-    def crash(m, s, acc, scores, v_block):
-        return scores @ acc  # wrong shapes
+def test_check_decode_chunk_whole_buffer_with_the_right_mask_is_named(capsys):
+    """Over the whole buffer, bottom_right_causal_mask_mod(n, m) masks the empty slots: the
+    values are right, the tiles are not those of the m keys."""
 
-    assert not check_online_softmax_step(crash)
-    assert "raised RuntimeError" in verdict(capsys)
+    def fn(q_new, k_new, v_new, cache, stats):
+        cache.append(k_new, v_new)
+        n, m = q_new.shape[2], cache.length
+        mod = bottom_right_causal_mask_mod(n, m)
+        return flash_attention(q_new, cache.k, cache.v, False, 4, 4, mask_mod=mod, stats=stats)[0]
+
+    assert not check_decode_chunk(fn)
+    assert "ran over the whole preallocated buffer" in verdict(capsys)

@@ -107,3 +107,36 @@ def test_bad_mask_is_rejected():
         plot_attention(A, mask=np.ones((3, 3)))
     with pytest.raises(ValueError, match=r"mask has shape \(2, 3\); expected .* \(3, 3\)"):
         plot_attention(A, mask=np.ones((2, 3), bool))
+
+
+@pytest.mark.parametrize("blank", [np.nan, -np.inf])
+def test_masked_cells_written_as_nan_or_minus_inf_are_drawn_masked(blank):
+    """A bias shown only where allowed (NaN elsewhere): the colour scale is the finite
+    values', the blank cells are hatched, and no cell says "nan"."""
+    N = 5
+    allowed = causal_mask(N)
+    i, j = np.arange(N)[:, None], np.arange(N)[None, :]
+    bias = 0.25 * (j - i)  # an ALiBi-like bias: 0 on the diagonal, -1 at the far corner
+    A = np.where(allowed, bias, blank)
+    ax = plot_attention(A, list("abcde"), vmin=None, vmax=None)
+    assert ax.images[0].get_clim() == (-1.0, 0.0)
+    label = colorbar_of(ax).ax.get_ylabel()
+    assert "nan" not in label and "inf" not in label
+    assert "colour scaled to data: -1.00–0.00" in label and "hatched grey = masked" in label
+    assert len(hatched(ax)) == (~allowed).sum()
+    texts = [t.get_text() for t in ax.texts]
+    assert len(texts) == allowed.sum() and not any("nan" in t or "inf" in t for t in texts)
+    # with an explicit mask as well, and in plot_heads
+    ax2 = plot_attention(A, vmin=None, vmax=None, mask=np.ones((N, N), bool))
+    assert ax2.images[0].get_clim() == (-1.0, 0.0) and len(hatched(ax2)) == (~allowed).sum()
+    fig = plot_heads(np.stack([A, 2 * A]), vmin=None, vmax=None)
+    axes = [ax for ax in fig.axes if ax.images]
+    assert all(ax.images[0].get_clim() == (-2.0, 0.0) for ax in axes)
+    assert all(len(hatched(ax)) == (~allowed).sum() for ax in axes)
+
+
+def test_a_matrix_that_is_all_nan_still_draws():
+    ax = plot_attention(np.full((3, 3), np.nan), vmin=None, vmax=None)
+    lo, hi = ax.images[0].get_clim()
+    assert np.isfinite([lo, hi]).all() and lo < hi
+    assert len(hatched(ax)) == 9

@@ -15,13 +15,16 @@ A module per idea:
   groups of query heads; 1 is multi-query attention), as a function and as
   a module that decodes with a `KVCache`;
 - `flash`: FlashAttention forward and backward in plain torch (tiles over
-  queries and keys, running max and sum, recomputed backward).
+  queries and keys, running max and sum, recomputed backward), with any
+  mask of the zoo given as a `mask_mod`; tiles the mask blocks entirely are
+  skipped and counted (`TileStats`).
 
 Notation: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v);
 h query heads, h_kv key/value heads, g = h / h_kv query heads per group.
 """
 
 from .flash import (
+    TileStats,
     flash_attention,
     flash_attention_backward,
     flash_attention_forward,
@@ -35,6 +38,7 @@ from .masks import (
     alibi_score_mod,
     alibi_slopes,
     bottom_right_causal_mask,
+    bottom_right_causal_mask_mod,
     causal_mask_mod,
     document_mask,
     document_mask_mod,
@@ -49,10 +53,12 @@ from .masks import (
 __all__ = [
     "GroupedQueryAttention",
     "KVCache",
+    "TileStats",
     "alibi_bias",
     "alibi_score_mod",
     "alibi_slopes",
     "bottom_right_causal_mask",
+    "bottom_right_causal_mask_mod",
     "cached_attention",
     "causal_mask_mod",
     "document_mask",

@@ -1,4 +1,4 @@
-"""FlashAttention, forward and backward, in plain torch.
+"""FlashAttention, forward and backward, in plain torch, with any mask given as a mask_mod.
 
 Derived in notebook 08 (from notebook 04's online-softmax loop). The
 queries are cut into blocks of `block_q` rows and the keys into blocks of
@@ -7,6 +7,14 @@ per row only the running max m, the running sum s of exp(score - m) and the
 running weighted sum of the values. No (N, M) tensor is ever held: the
 largest is one (block_q, block_k) tile per batch and head.
 
+Masks come as FlexAttention's `mask_mod(b, h, q_idx, kv_idx) -> bool`
+(True = may attend), evaluated on the index tensors of one tile at a time: the
+mask zoo's functions in `masks` (causal, bottom-right causal for a chunk
+against a cache, sliding window, document, prefix-LM) work unchanged. A tile
+whose every entry is masked is skipped, in the forward and the backward pass
+(block sparsity); `TileStats` counts the tiles computed and skipped. A query
+row whose every key is masked gets a zero output and zero gradients, never NaN.
+
 The forward pass also returns the log-sum-exp per row, L = m + log s. The
 backward pass recomputes each tile's weights P = exp(S - L) from q, k and L
 (nothing N×M is saved), and uses D = rowsum(dO ∘ O) for the softmax's
@@ -14,32 +22,40 @@ gradient: dS = P ∘ (dP - D) with dP = dO Vᵀ. Saved for backward: q, k, v,
 the output and L: O(N + M) memory instead of the O(N·M) weights.
 
 What it holds:
-- `flash_attention_forward(q, k, v, is_causal, block_q, block_k)` -> (o, lse);
-- `flash_attention_backward(do, q, k, v, o, lse, is_causal, block_q, block_k)`
-  -> (dq, dk, dv);
-- `flash_attention(q, k, v, is_causal=False, block_q=64, block_k=64)` ->
-  (o, lse), differentiable in q, k, v (a `torch.autograd.Function`);
+- `flash_attention_forward(q, k, v, is_causal, block_q, block_k, mask_mod=, stats=)`
+  -> (o, lse);
+- `flash_attention_backward(do, q, k, v, o, lse, is_causal, block_q, block_k,
+  mask_mod=, stats=)` -> (dq, dk, dv);
+- `flash_attention(q, k, v, is_causal=False, block_q=64, block_k=64, mask_mod=None,
+  stats=None)` -> (o, lse), differentiable in q, k, v (a `torch.autograd.Function`);
+- `TileStats`: tiles visited and skipped by a pass (pass one as `stats=`);
 - `naive_attention(q, k, v, is_causal)`: the plain definition, the (N, M)
   weights written out (what autograd then keeps);
 - `saved_for_backward_bytes(fn)`: the bytes autograd keeps for the backward
   pass of fn() (notebook 04's saved-tensors hook; each storage counted once).
 
 Shapes: q (B, h, N, d_k), k (B, h, M, d_k), v (B, h, M, d_v); o (B, h, N, d_v),
-lse (B, h, N). is_causal: query i sees keys 0 .. i, aligned to the top left
-as in `F.scaled_dot_product_attention(is_causal=True)` (so every row sees at
-least key 0). The tiled loop runs in Python: slower than a fused kernel,
-lighter than the naive form.
+lse (B, h, N). is_causal=True is the mask_mod `causal_mask_mod`: query i sees
+keys 0 .. i, aligned to the top left as in
+`F.scaled_dot_product_attention(is_causal=True)`. For a chunk of N queries
+against a cache of M keys pass `mask_mod=bottom_right_causal_mask_mod(N, M)`.
+The tiled loop runs in Python: slower than a fused kernel, lighter than the
+naive form.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from .masks import causal_mask_mod
+
 __all__ = [
+    "TileStats",
     "flash_attention",
     "flash_attention_backward",
     "flash_attention_forward",
@@ -48,7 +64,28 @@ __all__ = [
 ]
 
 
-def _check_inputs(q, k, v, is_causal, block_q, block_k) -> None:
+@dataclass
+class TileStats:
+    """How many (block_q, block_k) tiles a pass computed and how many it skipped.
+
+    A tile is skipped when the mask blocks every (query, key) pair in it;
+    `sparsity` = skipped / total is the block sparsity of the mask at that
+    tiling. Pass one object as `stats=`; each pass adds to its counts.
+    """
+
+    visited: int = 0
+    skipped: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.visited + self.skipped
+
+    @property
+    def sparsity(self) -> float:
+        return self.skipped / self.total if self.total else 0.0
+
+
+def _check_inputs(q, k, v, is_causal, block_q, block_k, mask_mod=None, stats=None) -> None:
     """Raise TypeError/ValueError naming the argument unless the inputs fit together."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
@@ -82,20 +119,71 @@ def _check_inputs(q, k, v, is_causal, block_q, block_k) -> None:
             raise TypeError(f"{name} must be an int; got {type(b).__name__}")
         if b < 1:
             raise ValueError(f"{name} must be at least 1; got {b}")
+    if mask_mod is not None and not callable(mask_mod):
+        raise TypeError(
+            "mask_mod must be a function mask_mod(b, h, q_idx, kv_idx) -> bool tensor; "
+            f"got {type(mask_mod).__name__}"
+        )
+    if is_causal and mask_mod is not None:
+        raise ValueError(
+            "got is_causal=True and a mask_mod; give one of them (is_causal=True is "
+            "mask_mod=causal_mask_mod; combine masks inside one mask_mod)"
+        )
+    if stats is not None and not isinstance(stats, TileStats):
+        raise TypeError(f"stats must be a TileStats or None; got {type(stats).__name__}")
 
 
-def _future(i0: int, i1: int, j0: int, j1: int, device) -> Tensor:
-    """(i1-i0, j1-j0) bool, True where key j lies after query i (blocked when causal)."""
-    rows = torch.arange(i0, i1, device=device)[:, None]  # (b_q, 1)
-    cols = torch.arange(j0, j1, device=device)[None, :]  # (1, b_k)
-    return cols > rows  # (b_q, b_k)
+def _tile_mask(mask_mod, B: int, h: int, i0: int, i1: int, j0: int, j1: int, device):
+    """The mask_mod on one tile: (skip, blocked).
+
+    skip: every pair is masked (the tile is not computed). blocked: None when
+    every pair may attend, else a bool tensor broadcastable to (B, h, b_q, b_k),
+    True where the score must become -inf.
+    """
+    if mask_mod is None:
+        return False, None
+    b = torch.arange(B, device=device)[:, None, None, None]  # (B, 1, 1, 1)
+    head = torch.arange(h, device=device)[None, :, None, None]  # (1, h, 1, 1)
+    q_idx = torch.arange(i0, i1, device=device)[:, None]  # (b_q, 1)
+    kv_idx = torch.arange(j0, j1, device=device)[None, :]  # (1, b_k)
+    allowed = mask_mod(b, head, q_idx, kv_idx)
+    if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
+        got = allowed.dtype if isinstance(allowed, Tensor) else type(allowed).__name__
+        raise TypeError(f"mask_mod must return a bool tensor (True = may attend); got {got}")
+    try:
+        torch.broadcast_shapes(allowed.shape, (B, h, i1 - i0, j1 - j0))
+    except RuntimeError:
+        raise ValueError(
+            f"mask_mod returned shape {tuple(allowed.shape)} on a tile; expected one that "
+            f"broadcasts to (B, h, b_q, b_k) = {(B, h, i1 - i0, j1 - j0)}"
+        ) from None
+    if not allowed.any():
+        return True, None
+    if allowed.all():
+        return False, None
+    return False, ~allowed
+
+
+def _resolve_mask(is_causal: bool, mask_mod):
+    return causal_mask_mod if is_causal else mask_mod
 
 
 def flash_attention_forward(
-    q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False, block_q: int = 64, block_k: int = 64
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    is_causal: bool = False,
+    block_q: int = 64,
+    block_k: int = 64,
+    mask_mod: Callable | None = None,
+    stats: TileStats | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q kᵀ / √d_k) v tile by tile; returns (o (B, h, N, d_v), lse (B, h, N))."""
-    _check_inputs(q, k, v, is_causal, block_q, block_k)
+    """softmax(q kᵀ / √d_k + mask) v tile by tile; returns (o (B, h, N, d_v), lse (B, h, N)).
+
+    A row with no key to attend to gets o = 0 and lse = -inf.
+    """
+    _check_inputs(q, k, v, is_causal, block_q, block_k, mask_mod, stats)
+    mask_mod = _resolve_mask(is_causal, mask_mod)
     B, h, N, d_k = q.shape
     M, d_v = k.shape[2], v.shape[3]
     scale = 1.0 / math.sqrt(d_k)
@@ -107,20 +195,26 @@ def flash_attention_forward(
         m = q.new_full((B, h, i1 - i0, 1), -math.inf)  # running max of each row
         s = q.new_zeros(B, h, i1 - i0, 1)  # running sum of exp(score - m)
         acc = q.new_zeros(B, h, i1 - i0, d_v)  # running sum of exp(score - m) v
-        k_end = min(M, i1) if is_causal else M  # causal: later keys are every row's future
-        for j0 in range(0, k_end, block_k):
-            j1 = min(j0 + block_k, k_end)
+        for j0 in range(0, M, block_k):
+            j1 = min(j0 + block_k, M)
+            skip, blocked = _tile_mask(mask_mod, B, h, i0, i1, j0, j1, q.device)
+            if stats is not None:
+                stats.skipped += skip
+                stats.visited += not skip
+            if skip:  # every pair masked: nothing to add
+                continue
             scores = q_i @ k[:, :, j0:j1].transpose(-2, -1)  # (B, h, b_q, b_k): one tile
-            if is_causal and j1 - 1 > i0:  # the tile crosses the diagonal
-                scores = scores.masked_fill(_future(i0, i1, j0, j1, q.device), -math.inf)
+            if blocked is not None:
+                scores = scores.masked_fill(blocked, -math.inf)
             m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (B, h, b_q, 1)
-            rescale = torch.exp(m - m_new)  # what was summed so far used the old max
-            p = torch.exp(scores - m_new)  # (B, h, b_q, b_k)
+            m_safe = m_new.masked_fill(m_new == -math.inf, 0.0)  # rows with nothing seen yet
+            rescale = torch.exp(m - m_safe)  # what was summed so far used the old max
+            p = torch.exp(scores - m_safe)  # (B, h, b_q, b_k)
             s = s * rescale + p.sum(dim=-1, keepdim=True)
             acc = acc * rescale + p @ v[:, :, j0:j1]  # (B, h, b_q, d_v)
             m = m_new
-        o[:, :, i0:i1] = acc / s  # (B, h, b_q, d_v)
-        lse[:, :, i0:i1] = (m + torch.log(s)).squeeze(-1)  # (B, h, b_q)
+        o[:, :, i0:i1] = acc / s.masked_fill(s == 0, 1.0)  # (B, h, b_q, d_v); empty rows: 0
+        lse[:, :, i0:i1] = (m + torch.log(s)).squeeze(-1)  # (B, h, b_q); empty rows: -inf
     return o, lse
 
 
@@ -134,9 +228,12 @@ def flash_attention_backward(
     is_causal: bool = False,
     block_q: int = 64,
     block_k: int = 64,
+    mask_mod: Callable | None = None,
+    stats: TileStats | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients (dq, dk, dv) from do (B, h, N, d_v), recomputing each tile's weights."""
-    _check_inputs(q, k, v, is_causal, block_q, block_k)
+    _check_inputs(q, k, v, is_causal, block_q, block_k, mask_mod, stats)
+    mask_mod = _resolve_mask(is_causal, mask_mod)
     B, h, N, d_k = q.shape
     M = k.shape[2]
     if do.shape != o.shape or o.shape != (B, h, N, v.shape[3]) or lse.shape != (B, h, N):
@@ -146,6 +243,7 @@ def flash_attention_backward(
         )
     scale = 1.0 / math.sqrt(d_k)
     D = (do * o).sum(dim=-1, keepdim=True)  # (B, h, N, 1): rowsum(dO ∘ O)
+    lse = lse.masked_fill(lse == -math.inf, 0.0)  # empty rows: every weight exp(-inf) = 0
     dq = torch.zeros_like(q)  # (B, h, N, d_k)
     dk = torch.zeros_like(k)  # (B, h, M, d_k)
     dv = torch.zeros_like(v)  # (B, h, M, d_v)
@@ -154,12 +252,16 @@ def flash_attention_backward(
         k_j, v_j = k[:, :, j0:j1], v[:, :, j0:j1]  # (B, h, b_k, d_k), (B, h, b_k, d_v)
         for i0 in range(0, N, block_q):
             i1 = min(i0 + block_q, N)
-            if is_causal and i1 - 1 < j0:  # every row of this block precedes every key
+            skip, blocked = _tile_mask(mask_mod, B, h, i0, i1, j0, j1, q.device)
+            if stats is not None:
+                stats.skipped += skip
+                stats.visited += not skip
+            if skip:
                 continue
             q_i, do_i = q[:, :, i0:i1], do[:, :, i0:i1]  # (B, h, b_q, d_k), (B, h, b_q, d_v)
             scores = (q_i * scale) @ k_j.transpose(-2, -1)  # (B, h, b_q, b_k)
-            if is_causal and j1 - 1 > i0:
-                scores = scores.masked_fill(_future(i0, i1, j0, j1, q.device), -math.inf)
+            if blocked is not None:
+                scores = scores.masked_fill(blocked, -math.inf)
             p = torch.exp(scores - lse[:, :, i0:i1, None])  # (B, h, b_q, b_k): the weights
             dv[:, :, j0:j1] += p.transpose(-2, -1) @ do_i  # (B, h, b_k, d_v)
             dp = do_i @ v_j.transpose(-2, -1)  # (B, h, b_q, b_k)
@@ -173,10 +275,10 @@ class _FlashAttention(torch.autograd.Function):
     """Forward tile by tile; backward from q, k, v, o and lse only."""
 
     @staticmethod
-    def forward(ctx, q, k, v, is_causal, block_q, block_k):
-        o, lse = flash_attention_forward(q, k, v, is_causal, block_q, block_k)
+    def forward(ctx, q, k, v, is_causal, block_q, block_k, mask_mod, stats):
+        o, lse = flash_attention_forward(q, k, v, is_causal, block_q, block_k, mask_mod, stats)
         ctx.save_for_backward(q, k, v, o, lse)  # O(N + M) numbers per head, no N×M tensor
-        ctx.config = (is_causal, block_q, block_k)
+        ctx.config = (is_causal, block_q, block_k, mask_mod)
         ctx.mark_non_differentiable(lse)
         return o, lse
 
@@ -184,20 +286,32 @@ class _FlashAttention(torch.autograd.Function):
     def backward(ctx, do, _dlse):
         q, k, v, o, lse = ctx.saved_tensors
         dq, dk, dv = flash_attention_backward(do, q, k, v, o, lse, *ctx.config)
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def flash_attention(
-    q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False, block_q: int = 64, block_k: int = 64
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    is_causal: bool = False,
+    block_q: int = 64,
+    block_k: int = 64,
+    *,
+    mask_mod: Callable | None = None,
+    stats: TileStats | None = None,
 ) -> tuple[Tensor, Tensor]:
     """FlashAttention: (o (B, h, N, d_v), lse (B, h, N)), differentiable in q, k, v.
 
     q (B, h, N, d_k), k (B, h, M, d_k), v (B, h, M, d_v). o equals
-    `F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)`; lse is the
-    log-sum-exp of each row's scaled scores (not differentiable).
+    `F.scaled_dot_product_attention(q, k, v, attn_mask=mask)` where mask is
+    mask_mod evaluated on the (N, M) grid (True = may attend; no mask_mod:
+    every key), or `is_causal=True` (top left, = `causal_mask_mod`). Tiles
+    the mask blocks entirely are skipped; `stats` (a `TileStats`) counts the
+    forward pass's tiles. lse is the log-sum-exp of each row's scaled, masked
+    scores (not differentiable; -inf for a row that sees no key).
     """
-    _check_inputs(q, k, v, is_causal, block_q, block_k)
-    return _FlashAttention.apply(q, k, v, is_causal, block_q, block_k)
+    _check_inputs(q, k, v, is_causal, block_q, block_k, mask_mod, stats)
+    return _FlashAttention.apply(q, k, v, is_causal, block_q, block_k, mask_mod, stats)
 
 
 def naive_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tensor:

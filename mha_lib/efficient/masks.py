@@ -6,7 +6,8 @@ Derived in notebook 08. Each mask is written
   (`torch.from_numpy(mask)`);
 - as a FlexAttention `mask_mod(b, h, q_idx, kv_idx) -> bool` (True = may
   attend), a function of index tensors; `mask_from_mask_mod` evaluates one on
-  the whole (N, M) grid.
+  the whole (N, M) grid, and `flash.flash_attention(mask_mod=...)` one tile at
+  a time.
 ALiBi is not a mask but a bias added to the scores: `alibi_bias` (numpy, to
 add to the scores or pass to SDPA as a float `attn_mask`) and
 `alibi_score_mod` (FlexAttention `score_mod`).
@@ -32,6 +33,7 @@ __all__ = [
     "alibi_score_mod",
     "alibi_slopes",
     "bottom_right_causal_mask",
+    "bottom_right_causal_mask_mod",
     "causal_mask_mod",
     "document_mask",
     "document_mask_mod",
@@ -108,12 +110,22 @@ def prefix_lm_mask(N: int, prefix_len: int) -> np.ndarray:
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
-    """(h,) ALiBi slopes 2^(-8k/h), k = 1..h: a geometric sequence, one per head.
+    """(h,) ALiBi slopes, one per head, by the rule of Press et al. ("Train Short, Test Long").
 
-    This is the published rule for h a power of two; other h use the same formula.
+    For h a power of two the slopes are the geometric sequence 2^(-8k/h),
+    k = 1..h. Otherwise take the h' slopes of the largest power of two h' < h
+    and append every other slope (the 1st, 3rd, ...) of the rule for 2h' until
+    there are h: h = 6 gives [2^-2, 2^-4, 2^-6, 2^-8] and then [2^-1, 2^-3].
     """
     h = _check_int_like(num_heads, "num_heads", 1)
-    return 2.0 ** (-8.0 * np.arange(1, h + 1) / h)  # (h,)
+    p = 1 << (h.bit_length() - 1)  # the largest power of two <= h
+
+    def geometric(n: int) -> np.ndarray:
+        return 2.0 ** (-8.0 * np.arange(1, n + 1) / n)  # (n,)
+
+    if p == h:
+        return geometric(h)  # (h,)
+    return np.concatenate([geometric(p), geometric(2 * p)[0::2][: h - p]])  # (h,)
 
 
 def alibi_bias(N: int, M: int, num_heads: int) -> np.ndarray:
@@ -132,8 +144,25 @@ def alibi_bias(N: int, M: int, num_heads: int) -> np.ndarray:
 
 
 def causal_mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-    """Causal: query q_idx may attend to keys kv_idx <= q_idx."""
+    """Causal, aligned to the top left: query q_idx may attend to keys kv_idx <= q_idx."""
     return q_idx >= kv_idx
+
+
+def bottom_right_causal_mask_mod(n: int, m: int) -> Callable:
+    """The mask_mod of `bottom_right_causal_mask(n, m)`: query q_idx sits at m - n + q_idx."""
+    _check_int_like(n, "n", 1)
+    _check_int_like(m, "m", 1)
+    if n > m:
+        raise ValueError(
+            f"n = {n} queries but only m = {m} keys; expected n <= m (the chunk's own keys "
+            "are in the cache)"
+        )
+    offset = m - n
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return kv_idx <= q_idx + offset
+
+    return mask_mod
 
 
 def sliding_window_mask_mod(window: int) -> Callable:

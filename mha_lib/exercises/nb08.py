@@ -6,8 +6,10 @@
 - `check_chunk_causal_mask(fn)`: fn(n, m) -> the (n, m) numpy bool causal
   mask for a chunk of n new queries against a cache of m keys (the chunk's
   own keys last), aligned to the bottom right;
-- `check_online_softmax_step(fn)`: fn(m, s, acc, scores, v_block) ->
-  (m_new, s_new, acc_new), one step of the online softmax over a block of keys.
+- `check_decode_chunk(fn)`: fn(q_new, k_new, v_new, cache, stats) -> o, a
+  chunk of n new tokens decoded against a `KVCache` through `flash_attention`
+  (append, then attend with the bottom-right causal mask as a mask_mod, in
+  tiles of 4 x 4, counting the tiles in `stats`).
 
 This module imports torch, so `mha_lib.exercises` does not import it: notebooks
 write `from mha_lib.exercises.nb08 import ...`.
@@ -18,9 +20,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..efficient import KVCache, TileStats
 from ._base import checker, diagnose, run
 
-__all__ = ["check_chunk_causal_mask", "check_online_softmax_step", "check_sliding_window_mask"]
+__all__ = ["check_chunk_causal_mask", "check_decode_chunk", "check_sliding_window_mask"]
+
+BLOCK = 4  # the tile size the decoding exercise asks for: block_q = block_k = 4
 
 
 def _bool_mask(result, shape: tuple[int, ...]):
@@ -139,105 +144,152 @@ def check_chunk_causal_mask(fn):
     return problem
 
 
-# ---------------------------------------------------------------------------- online softmax
+# ---------------------------------------------------------------------------- a chunk through flash
 
 
-def _step(m, s, acc, scores, v, *, rescale_s=True, rescale_acc=True, sign=1, keep_old_max=True):
-    """The reference step and its usual mistakes (torch float64)."""
-    block_max = scores.amax(dim=-1, keepdim=True)  # (N, 1)
-    m_new = torch.maximum(m, block_max) if keep_old_max else block_max
-    rescale = torch.exp(sign * (m - m_new))  # (N, 1)
-    p = torch.exp(scores - m_new)  # (N, b)
-    s_new = (s * rescale if rescale_s else s) + p.sum(dim=-1, keepdim=True)
-    acc_new = (acc * rescale if rescale_acc else acc) + p @ v  # (N, d_v)
-    return m_new, s_new, acc_new
+def _chunk_case(B: int, h: int, m_old: int, n: int, d: int, seed: int):
+    """A cache holding m_old tokens (room for more), and a chunk of n new queries, keys, values."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(tokens):
+        return torch.randn(B, h, tokens, d, generator=gen, dtype=torch.float64)
+
+    q, k, v = randn(m_old + n), randn(m_old + n), randn(m_old + n)  # (B, h, m, d): every token
+    cache = KVCache(B, h, m_old + n + 3, d, dtype=torch.float64)  # 3 empty slots at the end
+    if m_old:
+        cache.append(k[:, :, :m_old], v[:, :, :m_old])
+    return q, k, v, cache
 
 
-def _softmax_cases():
-    """(m, s, acc, scores, v_block) cases: a first block (m = -inf) and a later one."""
-    gen = torch.Generator().manual_seed(8)
-    N, b, d_v = 5, 3, 2
-    first = torch.randn(N, 4, generator=gen, dtype=torch.float64) * 2  # an earlier block
-    m = first.amax(dim=-1, keepdim=True)  # (N, 1)
-    s = torch.exp(first - m).sum(dim=-1, keepdim=True)  # (N, 1)
-    acc = torch.exp(first - m) @ torch.randn(4, d_v, generator=gen, dtype=torch.float64)
-    scores = torch.randn(N, b, generator=gen, dtype=torch.float64) * 2  # (N, b)
-    scores[:2] += 4.0  # rows 0, 1: the new block raises the max; the others may not
-    v = torch.randn(b, d_v, generator=gen, dtype=torch.float64)  # (b, d_v)
-    empty = (
-        torch.full((N, 1), -torch.inf, dtype=torch.float64),
-        torch.zeros(N, 1, dtype=torch.float64),
-        torch.zeros(N, d_v, dtype=torch.float64),
+def _attend(q, k, v, allowed):
+    """SDPA with an (n, m) bool mask (True = may attend); a row with nothing gives zeros."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+def _decode_mistakes(q, k, v, m_old: int, n: int) -> dict[str, torch.Tensor]:
+    """The chunk's outputs under the usual mistakes; q, k, v (B, h, m, d) hold every token."""
+    m = m_old + n
+    q_new = q[:, :, m_old:]  # (B, h, n, d)
+    i, j = torch.arange(n)[:, None], torch.arange(m)[None, :]  # (n, 1), (1, m)
+    right = j <= i + m - n
+    padded = torch.nn.functional.pad(k, (0, 0, 0, 3)), torch.nn.functional.pad(v, (0, 0, 0, 3))
+    j_all = torch.arange(m + 3)[None, :]  # the whole buffer, empty slots included
+    wrong = {
+        "the mask is aligned to the top left (is_causal=True: query i sees keys 0 .. i); the "
+        "n queries are the LAST n of the m tokens, so query i sees keys 0 .. m - n + i: "
+        "use bottom_right_causal_mask_mod(n, m)": _attend(q_new, k, v, j <= i),
+        "there is no mask: query i of the chunk also sees the chunk's later tokens": _attend(
+            q_new, k, v, None
+        ),
+        "the chunk attends to its own keys only: the cached keys and values of the earlier "
+        "tokens are left out": _attend(
+            q_new, k[:, :, m_old:], v[:, :, m_old:], torch.ones(n, n, dtype=torch.bool).tril()
+        ),
+        "the mask is inverted: True must mark the keys a query MAY attend to": _attend(
+            q_new, k, v, ~right
+        ),
+        "off by one: query i (at position m - n + i) must see its own key; yours blocks it": (
+            _attend(q_new, k, v, j < i + m - n)
+        ),
+        "off by one: query i (at position m - n + i) sees one key from its future": _attend(
+            q_new, k, v, j <= i + m - n + 1
+        ),
+        "it attends to the whole preallocated buffer cache.k, cache.v, empty slots included: "
+        "use the first cache.length tokens (what cache.append returns)": _attend(
+            q_new, *padded, j_all <= i + m + 3 - n
+        ),
+        "it attends to the whole preallocated buffer, empty slots included, with no mask": (
+            _attend(q_new, *padded, None)
+        ),
+    }
+    twice = torch.cat([k, k[:, :, m_old:]], dim=2), torch.cat([v, v[:, :, m_old:]], dim=2)
+    wrong["the chunk was appended to the cache twice: append once, then attend"] = _attend(
+        q_new, *twice, torch.arange(m + n)[None, :] <= i + m
     )
-    return [(m, s, acc, scores, v), (*empty, scores, v)]
+    if n <= m_old:
+        wrong[
+            "the mask's m is the cache length BEFORE the chunk was appended: m counts every "
+            "key the chunk attends to, its own included"
+        ] = _attend(q_new, k, v, j <= i + m_old - n)
+    return wrong
 
 
-@checker("online_softmax_step")
-def check_online_softmax_step(fn):
-    """Check fn(m (N, 1), s (N, 1), acc (N, d_v), scores (N, b), v_block (b, d_v)) -> triple."""
+def _expected_tiles(n: int, m: int, keys: int | None = None) -> TileStats:
+    """Tiles of 4 x 4 over the bottom-right causal mask of n queries against m keys, laid
+    over `keys` >= m columns (default m): visited and skipped."""
+    stats = TileStats()
+    for i0 in range(0, n, BLOCK):
+        last_row = min(i0 + BLOCK, n) - 1
+        for j0 in range(0, keys or m, BLOCK):
+            allowed = j0 <= last_row + m - n  # the tile's first key is visible to its last row
+            stats.visited += allowed
+            stats.skipped += not allowed
+    return stats
+
+
+@checker("decode_chunk")
+def check_decode_chunk(fn):
+    """Check fn(q_new, k_new, v_new, cache, stats) -> o (B, h, n, d_v) for a chunk."""
     problem = None
-    for case in _softmax_cases():
-        result, problem = run(fn, *(t.clone() for t in case))
-        if problem is None and (not isinstance(result, tuple | list) or len(result) != 3):
-            problem = "expected a triple (m_new, s_new, acc_new)"
+    # (m_old, n): a chunk after a cache, one token, a prompt into an empty cache, a long chunk
+    for case, (m_old, n) in enumerate(((6, 3), (9, 1), (0, 5), (6, 9))):
+        q, k, v, cache = _chunk_case(1, 2, m_old, n, 3, seed=80 + case)
+        stats = TileStats()
+        new = (q[:, :, m_old:].clone(), k[:, :, m_old:].clone(), v[:, :, m_old:].clone())
+        result, problem = run(fn, *new, cache, stats)
         if problem is None:
-            try:
-                got = [torch.as_tensor(np.asarray(r, dtype=np.float64)) for r in result]
-            except (TypeError, ValueError, RuntimeError):
-                got, problem = None, "m_new, s_new and acc_new must be arrays or tensors"
-        if problem is None:
-            problem = _diagnose_step(got, case)
+            problem = _judge_chunk(result, q, k, v, cache, stats, m_old, n)
         if problem is not None:
+            if m_old == 0:
+                problem += " [in the case of an empty cache: the chunk is the whole prompt]"
             break
     return problem
 
 
-def _same(a, b) -> bool:
-    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=1e-9, atol=1e-12))
-
-
-def _diagnose_step(got, case) -> str | None:
-    m, s, acc, scores, v = case
-    expected = _step(*case)
-    shapes = [tuple(t.shape) for t in expected]
-    if [tuple(t.shape) for t in got] != shapes:
+def _judge_chunk(result, q, k, v, cache, stats, m_old: int, n: int) -> str | None:
+    m = m_old + n
+    if isinstance(result, tuple | list) and len(result) == 2:
+        return "it returns a pair: flash_attention returns (o, lse); return o only"
+    if not isinstance(result, torch.Tensor):
+        return f"expected a torch tensor o of shape (B, h, n, d_v); got {type(result).__name__}"
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = expected[:, :, m_old:]  # (B, h, n, d_v): full causal attention, the chunk's rows
+    got = result.detach().to("cpu", torch.float64)
+    if got.shape != expected.shape:
+        return f"o has shape {tuple(got.shape)}; expected (B, h, n, d_v) = {tuple(expected.shape)}"
+    if not torch.allclose(got, expected, rtol=1e-9, atol=1e-12):
+        for message, wrong in _decode_mistakes(q, k, v, m_old, n).items():
+            if torch.allclose(got, wrong, rtol=1e-9, atol=1e-12):
+                return message
         return (
-            f"shapes {[tuple(t.shape) for t in got]}; expected {shapes} (m, s keep a (N, 1) axis)"
+            f"wrong values for a chunk of n = {n} after {m_old} cached tokens: expected full "
+            "causal attention's last n rows"
         )
-    if all(_same(a, b) for a, b in zip(got, expected)):
-        return None
-    m_new, s_new, acc_new = got
-    if not _same(m_new, expected[0]):
-        if _same(m_new, scores.amax(dim=-1, keepdim=True)):
-            return "m_new is the block's max only; it must be max(m, the block's max)"
-        if _same(m_new, m):
-            return "m_new is the old max: update it with the block's max"
-        return "wrong m_new: expected max(m, max of the block's scores)"
-    if _same(acc_new, expected[2] / expected[1]):
+    if cache.length == m_old:
         return (
-            "acc_new is normalised: keep the running sum of exp(score - m) v and divide by s "
-            "only at the very end"
+            "the output is right but the cache was not updated: append the chunk's keys and "
+            "values (cache.append) so that the next step sees them"
         )
-    mistakes = {
-        "forgot to rescale the running sum: s was summed relative to the old max, so it must "
-        "be multiplied by exp(m - m_new)": {"rescale_s": False},
-        "forgot to rescale acc: the values were weighted relative to the old max, so acc must "
-        "be multiplied by exp(m - m_new)": {"rescale_acc": False},
-        "forgot to rescale both s and acc by exp(m - m_new) when the max changes": {
-            "rescale_s": False,
-            "rescale_acc": False,
-        },
-        "the rescale factor is upside down: exp(m - m_new) (at most 1), not exp(m_new - m)": {
-            "sign": -1
-        },
-    }
-    for message, kwargs in mistakes.items():
-        wrong = _step(m, s, acc, scores, v, **kwargs)
-        if _same(s_new, wrong[1]) and _same(acc_new, wrong[2]):
-            return message
-    p_raw = torch.exp(scores)
-    if _same(s_new, s + p_raw.sum(dim=-1, keepdim=True)):
-        return "exp(scores) without subtracting the max: use exp(scores - m_new)"
-    if not _same(s_new, expected[1]):
-        return "wrong s_new: expected s * exp(m - m_new) + sum of exp(scores - m_new)"
-    return "wrong acc_new: expected acc * exp(m - m_new) + exp(scores - m_new) @ v_block"
+    if cache.length != m:
+        return f"the cache holds {cache.length} tokens afterwards; expected m = {m}"
+    want = _expected_tiles(n, m)
+    if stats.total == 0:
+        return (
+            "the output is right but stats counted no tiles: attend with flash_attention(..., "
+            "stats=stats)"
+        )
+    if stats.total == 2 * want.total:
+        return "stats counted every tile twice: call flash_attention once per chunk"
+    if stats != want and stats == _expected_tiles(n, m, cache.max_len):
+        return (
+            "the output is right, but flash_attention ran over the whole preallocated buffer "
+            f"(max_len = {cache.max_len} keys, the empty slots masked): attend to the first "
+            "cache.length tokens only (what cache.append returns)"
+        )
+    if stats != want:
+        return (
+            f"the output is right but stats counts {stats.visited} visited and {stats.skipped} "
+            f"skipped tiles; tiles of 4 x 4 give {want.visited} and {want.skipped} "
+            "(block_q=4, block_k=4)"
+        )
+    return None
