@@ -24,6 +24,7 @@ import torch
 from mha_lib.block import TransformerBlock
 from mha_lib.efficient import (
     GroupedQueryAttention,
+    bottom_right_causal_mask_mod,
     flash_attention,
     grouped_query_attention,
 )
@@ -205,3 +206,23 @@ def test_module_equals_torch_module_on_the_device(device):
     expected, _ = ref(x, x, x, attn_mask=causal, is_causal=True, need_weights=False)
     out, _ = ours(x, attn_mask=causal, is_causal=True)
     torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flash_attention_with_a_mask_mod_on_the_device_equals_the_cpu(device):
+    # a chunk of 5 queries against 40 keys: the bottom-right causal mask, tiles skipped
+    q, k, v = (
+        _randn(1, 2, 5, 16, seed=18),
+        _randn(1, 2, 40, 16, seed=19),
+        _randn(1, 2, 40, 8, seed=20),
+    )
+    mod = bottom_right_causal_mask_mod(5, 40)
+    qc, kc, vc = (t.clone().requires_grad_() for t in (q, k, v))
+    expected, _ = flash_attention(qc, kc, vc, block_q=8, block_k=8, mask_mod=mod)
+    expected.sum().backward()
+    qd, kd, vd = (t.to(device, torch.float32).requires_grad_() for t in (q, k, v))
+    out, _ = flash_attention(qd, kd, vd, block_q=8, block_k=8, mask_mod=mod)
+    out.sum().backward()
+    _close(out, expected, torch.float32)
+    for got, ref in ((qd.grad, qc.grad), (kd.grad, kc.grad), (vd.grad, vc.grad)):
+        _close(got, ref, torch.float32)
