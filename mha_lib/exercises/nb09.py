@@ -88,16 +88,20 @@ def _lse_cases():
     return cases
 
 
+_UNSET = -12345.0  # what out holds before the kernel runs
+
+
 def _launch(kernel, rows: torch.Tensor, block: int):
     """Run the kernel over rows stored with NaN past each row's end; (out, problem)."""
     R, n = rows.shape
     stride = -(-n // block) * block + 5  # room for a whole last block of NaN, and more
     x = torch.full((R, stride), math.nan, dtype=torch.float32, device=ta.DEVICE)
     x[:, :n] = rows.to(ta.DEVICE)
-    out = torch.full((R,), math.nan, dtype=torch.float32, device=ta.DEVICE)
+    out = torch.full((R,), _UNSET, dtype=torch.float32, device=ta.DEVICE)
     if not _is_kernel(kernel):
         _, problem = run(kernel, x, out, n, stride, block)
-        return None, problem or (
+        raised = problem is not None and problem.startswith("your function raised")
+        return None, problem if raised else (
             f"expected a @triton.jit kernel; got {type(kernel).__name__} (decorate the "
             "function with @triton.jit)"
         )
@@ -106,6 +110,8 @@ def _launch(kernel, rows: torch.Tensor, block: int):
         return None, problem
     if not torch.equal(x[:, n:].isnan(), torch.ones_like(x[:, n:], dtype=torch.bool)):
         return None, "the kernel writes into x: it must only read x and store into out_ptr"
+    if torch.any(out == _UNSET):
+        return None, "out_ptr + row holds nothing for some rows: store each row's result there"
     return out.cpu().double().numpy(), None
 
 
@@ -119,7 +125,7 @@ def check_logsumexp_kernel(kernel):
         if problem is None:
             problem = _diagnose_lse(got, rows.double(), block)
         if problem is not None:
-            if not problem.startswith(("your function raised", "expected a @triton")):
+            if not problem.startswith(("your function raised", "expected a @triton", "out_ptr")):
                 problem += f" [rows of {n} columns, BLOCK = {block}]"
             break
     return problem
@@ -130,8 +136,6 @@ def _diagnose_lse(got: np.ndarray, rows: torch.Tensor, block: int) -> str | None
     expected = torch.logsumexp(rows, dim=1).numpy()  # (R,)
     if np.allclose(got, expected, rtol=1e-5, atol=1e-5):
         return None
-    if np.all(np.isnan(got)) and n % block == 0:
-        return "out_ptr + row holds nothing: store each row's result with tl.store"
     if np.any(np.isnan(got)):
         if not np.isnan(got[0]) and n % block:
             return (
