@@ -224,3 +224,19 @@ def test_gpu_forward_and_gradients_equal_sdpa(dtype, causal, d):
         torch.autograd.grad(o, (q, k, v), do), torch.autograd.grad(expected, (q, k, v), do.double())
     ):
         torch.testing.assert_close(g.double(), e.double(), **tol)
+
+
+def test_benchmark_without_a_gpu_prints_correctness_only(tmp_path):
+    if not INTERPRETED:
+        pytest.skip("on a GPU the benchmark times; here the interpreter's path is tested")
+    path = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "triton", "--json", str(path)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "measures nothing about speed" in out.stdout and "< 1e-5 ✓" in out.stdout
+    import json
+
+    numbers = json.loads(path.read_text())
+    assert numbers["interpreted"] and numbers["speed"] == []
+    assert len(numbers["correctness"]) == 12
+    assert all(r["max_error"] < 1e-5 for r in numbers["correctness"])
