@@ -28,3 +28,13 @@ def test_the_hook_marks_only_the_triton_notebooks(monkeypatch):
     conftest.pytest_collection_modifyitems(None, [item(n) for n in names])
     assert set(marked) == set(conftest.TRITON_NOTEBOOKS)
     assert all("needs triton" in m.kwargs["reason"] for m in marked.values())
+
+
+def test_notebook_09_is_listed_in_the_readme_and_the_learning_path():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    link = "09_flash_attention_triton.ipynb"
+    assert f"(notebooks/{link})" in (root / "README.md").read_text()
+    assert f"({link})" in (root / "notebooks" / "00_start_here.ipynb").read_text()
+    assert f"({link})" in (root / "notebooks" / "08_efficient_attention.ipynb").read_text()
