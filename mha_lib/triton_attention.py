@@ -257,6 +257,7 @@ def _forward(q, k, v, causal, block_q, block_k, counts=None):
         h, N, M, _offset(N, M, causal), LOG2E / math.sqrt(d),
         D=d, BLOCK_Q=block_q, BLOCK_K=block_k,
         IS_CAUSAL=causal is not None, COUNT=counts is not None, PREC=_precision(q),
+        **_launch_options(d, block_q),
     )  # fmt: skip
     return o, lse
 
@@ -415,7 +416,7 @@ def triton_attention_backward(
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     args = (N, M, _offset(N, M, causal), 1.0 / math.sqrt(d))
     consts = dict(D=d, BLOCK_Q=block_q, BLOCK_K=block_k, IS_CAUSAL=causal is not None)
-    consts["PREC"] = _precision(q)
+    consts.update(PREC=_precision(q), **_launch_options(d, max(block_q, block_k)))
     _bwd_dkdv_kernel[(triton.cdiv(M, block_k), B * h)](
         q, k, v, do, lse, delta, dk, dv, *args, **consts
     )
@@ -505,6 +506,15 @@ def _precision(q: Tensor) -> str:
     """tl.dot's input precision: full float32 for float32 inputs (a GPU would round them
     to TF32 otherwise, about 1e-3), the inputs' own for float16 and bfloat16."""
     return "ieee" if q.dtype == torch.float32 else "tf32"
+
+
+def _launch_options(d: int, block: int) -> dict:
+    """Warps and software-pipelining stages for the GPU (the interpreter takes none):
+    more warps for larger tiles, three stages so that the next K, V tiles load while
+    this one is multiplied."""
+    if INTERPRETED:
+        return {}
+    return dict(num_warps=8 if block * d >= 128 * 128 else 4, num_stages=3 if d <= 64 else 2)
 
 
 def _blocks(d: int, block_q, block_k, which: str) -> tuple[int, int]:
