@@ -10,9 +10,11 @@ TRITON_NOTEBOOKS = ("09_flash_attention_triton.ipynb", "09_flash_attention_trito
 
 def triton_missing_reason(find_spec=importlib.util.find_spec) -> str | None:
     """Why the triton notebooks cannot run here, or None when triton is installed."""
-    if find_spec("triton") is None:
-        return "triton is not installed (its wheels are for Linux x86_64 only)"
-    return None
+    try:
+        found = find_spec("triton") is not None
+    except (ImportError, ValueError):  # a broken or blocked installation
+        found = False
+    return None if found else "triton is not installed (its wheels are for Linux x86_64 only)"
 
 
 def pytest_collection_modifyitems(config, items):
