@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha_lib.exercises import check_previous_token_score, check_word_positions
+from mha_lib.exercises import check_minimal_pair, check_previous_token_score, check_word_positions
 
 
 def verdict(capsys) -> str:
@@ -68,6 +68,10 @@ def loop_variant(first, last, offset=-1, per_sentence=False, ignore_mask=False):
         (loop_variant(1, lambda n: n - 2, offset=+1), "NEXT-token score"),
         (lambda A, m: score_vectorised(A.transpose(1, 2), m), "NEXT-token score"),
         (loop_variant(1, lambda n: n - 1, offset=0), "weight on itself"),
+        (loop_variant(2, lambda n: n - 1, offset=+1), "NEXT-token score"),  # A[b, i, i+1]
+        (loop_variant(2, lambda n: 9 - 1, ignore_mask=True), "padding is ignored"),  # T = 9
+        (loop_variant(1, lambda n: n), "[CLS] and [SEP] are counted"),
+        (loop_variant(2, lambda n: n, offset=+1), "NEXT-token score"),
         (loop_variant(2, lambda n: n - 1, per_sentence=True), "averaged first"),
         (lambda A, m: A[:, 2:, 1:-1].diagonal(dim1=1, dim2=2), "expected one number"),
         (lambda A, m: None, "not implemented"),
@@ -112,6 +116,15 @@ def test_check_word_positions_accepts_right_forms(capsys):
     assert "✓" in verdict(capsys)
 
 
+def positions_by_find(sentence, offsets, word, overlap=False):
+    """The substring mistake: the first match of the letters, which may be inside a word."""
+    begin = sentence.lower().find(word.lower())
+    end = begin + len(word)
+    if overlap:
+        return [i for i, (s, e) in enumerate(offsets) if e > s and s < end and e > begin]
+    return [i for i, (s, e) in enumerate(offsets) if e > s and s >= begin and e <= end]
+
+
 def word_index(sentence, offsets, word, shift=0):
     ws = [p.strip(STRIP).lower() for p in sentence.split(" ")]
     return [ws.index(word.lower()) + shift]
@@ -128,6 +141,8 @@ def word_index(sentence, offsets, word, shift=0):
         (lambda s, o, w: positions_by_span(s, o, w, extra=1), "one token too many"),
         (lambda s, o, w: positions_by_span(s, o, w, lower=False), "case-insensitively"),
         (lambda s, o, w: "didn", "expected a list of token positions"),
+        (positions_by_find, "inside an earlier word ('it' inside 'fit')"),
+        (lambda s, o, w: positions_by_find(s, o, w, overlap=True), "sentence.find(word)"),
         (lambda s, o, w: None, "not implemented"),
     ],
 )
@@ -135,3 +150,65 @@ def test_check_word_positions_rejects_mistakes(capsys, wrong, message):
     assert not check_word_positions(wrong)
     out = verdict(capsys)
     assert out.startswith("✗ word_positions:") and message in out, out
+
+
+# minimal_pair ---------------------------------------------------------------------------------
+
+RUNNING = "The animal didn't cross the street because it was too tired."
+MAT, OLD_MAT = "The cat slept on the mat.", "The cat slept on the old mat."
+
+
+def pair(**changes):
+    """A right answer (L3.H1's weight from 'it' to 'animal' falls when the street is wide),
+    with some entries changed."""
+    answer = {
+        "head": "L3.H1",
+        "a": RUNNING,
+        "b": RUNNING.replace("tired", "wide"),
+        "from": "it",
+        "to": "animal",
+        "prediction": "down",
+    }
+    answer.update(changes)
+    return lambda: answer
+
+
+def test_check_minimal_pair_accepts_right_forms(capsys):
+    assert check_minimal_pair(pair())
+    assert "✓ minimal_pair: correct" in verdict(capsys)
+    assert check_minimal_pair(pair(head=(3, 1), prediction="Down"))  # a tuple, any case
+    assert "✓" in verdict(capsys)
+    inserted = pair(
+        head="L1.H7", a=MAT, b=OLD_MAT, prediction="down", **{"from": "on", "to": "mat"}
+    )
+    assert check_minimal_pair(inserted)  # one word inserted
+    assert "✓" in verdict(capsys)
+    removed = pair(head="L1.H7", a=OLD_MAT, b=MAT, prediction="up", **{"from": "on", "to": "mat"})
+    assert check_minimal_pair(removed)  # one word removed: the weight comes back
+    assert "✓" in verdict(capsys)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (pair(prediction="up"), "went down, not up"),
+        (pair(b=RUNNING.replace("tired", "wide").replace("animal", "dog")), "more than one word"),
+        (pair(b=RUNNING), "the same: change one word"),
+        (pair(b="The animal crossed the street."), "more than one word"),
+        (pair(head="L6.H1"), "not a head of this model"),
+        (pair(head="3.1"), "not a head of this model"),
+        (pair(prediction="same"), "must be 'up' or 'down'"),
+        (pair(to="the"), "occurs 2 times"),
+        (pair(to="street", b=RUNNING.replace("street", "road")), "occurs 0 times in sentence b"),
+        (pair(**{"from": "it", "to": "it"}), "the same word"),
+        (pair(head="L0.H2", a=MAT, b=OLD_MAT, **{"from": "on", "to": "slept"}), "barely moves"),
+        (pair(a=1), "must be text"),
+        (lambda: {"a": RUNNING}, "lacks 'head'"),
+        (lambda: [RUNNING, RUNNING], "expected a dict"),
+        (lambda: None, "not implemented"),
+    ],
+)
+def test_check_minimal_pair_rejects_mistakes(capsys, wrong, message):
+    assert not check_minimal_pair(wrong)
+    out = verdict(capsys)
+    assert out.startswith("✗ minimal_pair:") and message in out, out

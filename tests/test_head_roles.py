@@ -4,23 +4,35 @@ import pytest
 import torch
 
 from mha_lib.head_roles import (
+    NULL_NAMES,
     ablated,
+    beats_nulls,
     cosine_change,
     head_label,
-    link_score,
     next_token_score,
+    null_heads,
+    null_patterns,
+    offset_margin,
+    pair_scores,
     positional_attention,
+    positional_scores,
     previous_token_score,
-    role_link_scores,
     special_token_mass,
     stack_attentions,
     top_heads,
     top_word,
+    wilson_interval,
+    word_attention,
     word_positions,
+    word_spans,
     words,
 )
 from mha_lib.pretrained import load_minilm, tokenize
-from mha_lib.role_sentences import ROLES, SENTENCES, partner_of
+from mha_lib.role_sentences import PAIRS, ROLES, MinimalPair, sentences, split
+
+RUNNING = "The animal didn't cross the street because it was too tired."
+# every (role, reverse) the notebook scores
+DIRECTIONS = [(role, False) for role in ROLES] + [("negation", True), ("agreement", True)]
 
 
 @pytest.fixture(scope="module")
@@ -74,21 +86,91 @@ def test_offset_score_ignores_cls_sep_and_padding():
 
 
 def test_word_positions_and_words():
-    sentence = "The animal didn't cross the street because it was too tired."
-    batch = tokenize(sentence)
+    batch = tokenize(RUNNING)
     offsets = batch.offsets[0]
-    assert word_positions(sentence, offsets, "didn't") == [3, 4, 5]
-    assert word_positions(sentence, offsets, "tired") == [13]  # not the full stop
-    assert word_positions(sentence, offsets, "animal") == [2]
+    assert word_positions(RUNNING, offsets, "didn't") == [3, 4, 5]
+    assert word_positions(RUNNING, offsets, "tired") == [13]  # not the full stop
+    assert word_positions(RUNNING, offsets, "animal") == [2]
     with pytest.raises(ValueError, match="2 times"):
-        word_positions(sentence, offsets, "the")
-    assert words(sentence)[:3] == ["the", "animal", "didn't"]
-    A = torch.zeros(16, 16)
-    A[10, 2] = 0.7  # "it" -> "animal"
-    A[10, 8] = 0.3  # "it" -> "street"
-    assert link_score(A, [10], [2]) == pytest.approx(0.7)
-    assert link_score(A, [3, 4, 5], [2]) == pytest.approx(0.0)
-    assert top_word(A, sentence, offsets, "it") == "animal"
+        word_positions(RUNNING, offsets, "the")
+    assert words(RUNNING)[:3] == ["the", "animal", "didn't"]
+    spans = word_spans(RUNNING, offsets)
+    assert [w for w, _ in spans] == words(RUNNING)  # "the" twice, each its own entry
+    assert spans[2] == ("didn't", [3, 4, 5]) and spans[-1] == ("tired", [13])
+
+
+def test_word_attention_takes_the_mean_of_the_pieces():
+    offsets = tokenize(RUNNING).offsets[0]
+    spans = word_spans(RUNNING, offsets)
+    N, W = len(offsets), len(spans)
+    even = null_patterns(N)["uniform"]  # (N, N): a head with no role
+    Aw = word_attention(even, spans)
+    assert Aw.shape == (W, W)
+    torch.testing.assert_close(Aw, torch.full((W, W), 1.0 / N))  # "didn't" gets no more
+    A = torch.zeros(N, N)
+    A[10, 4] = 0.6  # "it" -> the apostrophe of "didn't"
+    A[10, 2] = 0.3  # "it" -> "animal"
+    Aw = word_attention(A, spans)
+    assert Aw[7, 2] == pytest.approx(0.2) and Aw[7, 1] == pytest.approx(0.3)
+    assert top_word(A, RUNNING, offsets, "it") == "animal"  # 0.3 beats 0.6 / 3
+    assert top_word(even, RUNNING, offsets, "it") is None  # a tie has no top word
+    A = torch.zeros(N, N)
+    A[10, 7] = 0.5  # "it" -> the second "the": a candidate like any word
+    assert top_word(A, RUNNING, offsets, "it") == "the"
+    stack = torch.stack([A, even])[None]  # (1, 2, N, N): any leading axes
+    assert word_attention(stack, spans).shape == (1, 2, W, W)
+    with pytest.raises(ValueError, match=r"A has shape \(16, 15\); expected \(..., N, N\)"):
+        word_attention(A[:, :15], spans)
+    with pytest.raises(ValueError, match="spans name token 13; A has shape"):
+        word_attention(A[:10, :10], spans)
+
+
+def test_null_patterns():
+    n, N = 6, 8
+    nulls = null_patterns(n, N)
+    assert tuple(nulls) == NULL_NAMES
+    for name, P in nulls.items():
+        assert P.shape == (N, N), name
+        torch.testing.assert_close(P.sum(-1), torch.ones(N))
+        assert P[:, n:].sum() == 0, name  # no weight on padding
+    assert nulls["offset -1"][3, 2] == 1 and nulls["offset +2"][3, 5] == 1
+    assert nulls["offset +2"][5, 5] == 1  # clipped to the sentence
+    assert (nulls["[CLS]"][:, 0] == 1).all()
+    mask = padded_mask([6, 4], 8)
+    stacked = null_heads(mask)
+    assert stacked.shape == (len(NULL_NAMES), 2, 8, 8)
+    torch.testing.assert_close(stacked[:, 1], torch.stack(list(null_patterns(4, 8).values())))
+    with pytest.raises(ValueError, match="expected 1 <= n <= N"):
+        null_patterns(5, 3)
+
+
+def test_wilson_interval_and_the_crediting_rule():
+    assert wilson_interval(5, 10) == pytest.approx((0.2366, 0.7634), abs=1e-4)
+    assert wilson_interval(0, 10) == pytest.approx((0.0, 0.2775), abs=1e-4)
+    assert wilson_interval(11, 11) == pytest.approx((0.7412, 1.0), abs=1e-4)
+    with pytest.raises(ValueError, match="expected 0 <= k <= n"):
+        wilson_interval(3, 2)
+    assert beats_nulls(11, 11, [0, 0, 0])
+    assert not beats_nulls(11, 11, [0, 11, 0])  # a null does as well: no role
+    assert not beats_nulls(7, 11, [0, 0])  # below the 3-in-4 bar
+    assert not beats_nulls(9, 11, [6])  # the interval does not clear the null's rate
+
+
+def test_offset_margin_separates_what_the_softmax_saturates():
+    N = 8
+    i = torch.arange(N)
+    sharp = torch.zeros(N, N)
+    sharp[i[1:], i[1:] - 1] = 20.0
+    sharper = 2 * sharp
+    for s in (sharp, sharper):
+        w = torch.softmax(s, -1)[i[2:], i[2:] - 1]
+        assert w.min() > 0.9999  # the weights cannot tell them apart
+    assert offset_margin(sharp, -1) == pytest.approx(20.0)
+    assert offset_margin(sharper, -1) == pytest.approx(40.0)
+    assert offset_margin(torch.stack([sharp, sharper]), -1).shape == (2,)
+    assert offset_margin(sharp, +1) < 0
+    with pytest.raises(ValueError, match="scores has shape"):
+        offset_margin(sharp[:, :5], -1)
 
 
 def test_special_token_mass():
@@ -138,45 +220,106 @@ def test_ablation_with_head_mask_equals_zeroing_the_slice_by_hand(model):
 
 
 def test_positional_attention_shape_and_l0h2(model):
-    W = positional_attention(model, T=16)
+    W = positional_attention(model, N=16)
     assert W.shape == (6, 12, 16, 16)
     torch.testing.assert_close(W.sum(-1), torch.ones(6, 12, 16))
+    torch.testing.assert_close(W, torch.softmax(positional_scores(model, N=16), -1))
     i = torch.arange(2, 15)
     assert W[0, 2, i, i - 1].min() > 0.9  # the previous-token head, from the weights alone
 
 
-def test_role_scores_run_on_every_sentence(model):
-    texts = [s.sentence for s in SENTENCES]
+@pytest.fixture(scope="module")
+def role_batch(model):
+    texts = sentences()
     batch = tokenize(texts)
     with torch.no_grad():
-        A = stack_attentions(model(batch.input_ids, batch.attention_mask))  # (L, h, B, T, T)
-    n_links = sum(len(s.links) for s in SENTENCES)
-    scores = role_link_scores(A, texts, batch.offsets, SENTENCES)
-    assert scores.shape == (n_links, 6, 12) and ((scores >= 0) & (scores <= 1 + 1e-6)).all()
+        A = stack_attentions(model(batch.input_ids, batch.attention_mask))  # (L, h, B, N, N)
+    return texts, batch, A
+
+
+def marked_head(texts, batch, pairs, reverse=False):
+    """(B, N, N): a head that does the role perfectly, built from the marks themselves."""
+    A = null_heads(batch.attention_mask)[0].clone()  # uniform rows to start from
+    for pair in pairs:
+        for m in (pair.a, pair.b):
+            b = texts.index(m.sentence)
+            src, dst = (m.dst, m.src) if reverse else (m.src, m.dst)
+            for p in word_positions(m.sentence, batch.offsets[b], src):
+                A[b, p] = 0.0
+                A[b, p, word_positions(m.sentence, batch.offsets[b], dst)] = 1.0
+    return A
+
+
+@pytest.mark.parametrize(("role", "reverse"), DIRECTIONS)
+def test_no_null_head_is_credited_with_a_role(role_batch, role, reverse):
+    texts, batch, A = role_batch
+    nulls = null_heads(batch.attention_mask)  # (nulls, B, N, N)
+    selection, held_out = split(PAIRS[role])
+    right, margin = pair_scores(nulls, texts, batch.offsets, held_out, reverse)
+    assert right.shape == margin.shape == (len(held_out), len(NULL_NAMES))
+    k_null = right.sum(0).tolist()
+    for name, k in zip(NULL_NAMES, k_null):
+        assert not beats_nulls(k, len(held_out), k_null), name
+    # uniform and [CLS] tie everywhere: no pair right, margin 0
+    assert right[:, [0, 5]].sum() == 0 and margin[:, [0, 5]].abs().max() < 1e-6
+    # only verb -> didn't falls to a fixed offset (-2 lands in "didn't"'s pieces either way)
+    if (role, reverse) == ("negation", True):
+        assert k_null == [0, len(held_out), 0, 0, 0, 0]
+    else:
+        assert sum(k_null) == 0, k_null
+    # a head that does the role gets every pair right, and is credited where nulls fail
+    perfect = marked_head(texts, batch, PAIRS[role], reverse)
+    right_p, _ = pair_scores(perfect, texts, batch.offsets, held_out, reverse)
+    assert right_p.all()
+    assert beats_nulls(int(right_p.sum()), len(held_out), k_null) == (sum(k_null) == 0)
+    # and the real heads: (P, layers, h), counts between 0 and P
+    right_h, _ = pair_scores(A, texts, batch.offsets, selection, reverse)
+    assert right_h.shape == (len(selection), 6, 12)
+
+
+def test_a_summing_rule_would_credit_the_uniform_head():
+    """The reason for the mean: summed over pieces, an even head finds "didn't"."""
+    offsets = tokenize(RUNNING).offsets[0]
+    spans = word_spans(RUNNING, offsets)
+    even = null_patterns(len(offsets))["uniform"]
+    summed = [even[9, pos].sum() for _, pos in spans]  # from "because"
+    assert max(summed) == summed[2]  # "didn't", three pieces, would win
+    assert top_word(even, RUNNING, offsets, "because") is None  # the mean rule: a tie
 
 
 # ---------------------------------------------------------------------------- the sentence list
 
 
+def distance(m):
+    """The to-word's place relative to the from-word, in words."""
+    ws = words(m.sentence)
+    return ws.index(m.dst.lower()) - ws.index(m.src.lower())
+
+
 def test_role_sentences_are_well_formed():
-    assert 20 <= len(SENTENCES) <= 50
-    assert len({s.sentence for s in SENTENCES}) == len(SENTENCES)
-    assert {s.role for s in SENTENCES} == set(ROLES)
-    for item in SENTENCES:
-        assert item.links, item
-        ws = words(item.sentence)
-        for src, dst in item.links:
-            assert ws.count(src.lower()) == 1 and ws.count(dst.lower()) == 1, (item, src, dst)
-        partner = partner_of(item)
-        if partner is None:
-            continue
-        assert partner_of(partner) is item
-        assert len(partner.links) == len(item.links)
-        a, b = item.sentence.split(" "), partner.sentence.split(" ")
-        if len(a) == len(b):  # one word replaced
-            assert sum(x != y for x, y in zip(a, b)) == 1, (a, b)
-        else:  # one word inserted
-            short, long = sorted((a, b), key=len)
-            assert len(long) == len(short) + 1
-            assert any(long[:k] + long[k + 1 :] == short for k in range(len(long))), (a, b)
-        assert item.links != partner.links or len(a) != len(b)  # the answer moves
+    assert set(PAIRS) == set(ROLES)
+    all_texts = sentences()
+    assert len(all_texts) == len(set(all_texts))
+    for role, pairs in PAIRS.items():
+        assert len(pairs) >= 20, role
+        selection, held_out = split(pairs)
+        assert not {id(p) for p in selection} & {id(p) for p in held_out}
+        assert len(selection) + len(held_out) == len(pairs)
+        for pair in pairs:
+            assert isinstance(pair, MinimalPair) and pair.role == role
+            for m in (pair.a, pair.b):
+                ws = words(m.sentence)
+                assert ws.count(m.src.lower()) == 1 and ws.count(m.dst.lower()) == 1, m
+            # the answer moves: a different word, or the same word at another distance
+            assert pair.a.dst != pair.b.dst or distance(pair.a) != distance(pair.b), pair
+            a, b = pair.a.sentence.split(" "), pair.b.sentence.split(" ")
+            if pair.change == "adjective swapped":
+                assert len(a) == len(b) and sum(x != y for x, y in zip(a, b)) == 1, pair
+            elif pair.change == "word inserted":
+                assert len(b) == len(a) + 1
+                assert any(b[:k] + b[k + 1 :] == a for k in range(len(b))), pair
+            elif pair.change == "phrase inserted":
+                assert len(b) > len(a) and a[:2] == b[:2] and a[-2:] == b[-2:], pair
+            else:
+                assert pair.change == "nouns swapped", pair
+                assert sorted(words(pair.a.sentence)) == sorted(words(pair.b.sentence))
