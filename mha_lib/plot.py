@@ -72,6 +72,12 @@ def colorbar_label(label: str, lo: float, hi: float, scaled: bool, masked: bool)
     return label + "\n(" + ";\n".join(parts) + ")" if parts else label
 
 
+def _text_colour(im, value: float) -> str:
+    """Black on light cells, white on dark ones, whatever the colour map."""
+    r, g, b, _ = im.cmap(im.norm(value))
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white"
+
+
 def _draw(ax, A, x_tokens, y_tokens, title, lo, hi, cmap, annotate, mask=None):
     A = np.asarray(A, dtype=float)
     if A.ndim != 2:
@@ -110,7 +116,6 @@ def _draw(ax, A, x_tokens, y_tokens, title, lo, hi, cmap, annotate, mask=None):
     if annotate is None:
         annotate = max(N, M) <= ANNOTATE_UP_TO
     if annotate:
-        mid = (lo + hi) / 2
         for i in range(N):
             for j in range(M):
                 if mask is not None and not mask[i, j]:
@@ -122,7 +127,7 @@ def _draw(ax, A, x_tokens, y_tokens, title, lo, hi, cmap, annotate, mask=None):
                     ha="center",
                     va="center",
                     fontsize=8,
-                    color="white" if A[i, j] > mid else "black",
+                    color=_text_colour(im, A[i, j]),
                 )
     return im
 

@@ -140,3 +140,16 @@ def test_a_matrix_that_is_all_nan_still_draws():
     lo, hi = ax.images[0].get_clim()
     assert np.isfinite([lo, hi]).all() and lo < hi
     assert len(hatched(ax)) == 9
+
+
+def test_annotations_are_readable_on_dark_and_light_cells():
+    # viridis: low values are dark purple (white text), high values bright yellow (black text)
+    A = np.array([[0.02, 0.98], [0.5, 0.5]])
+    ax = plot_attention(A, tokens=["a", "b"], annotate=True)
+    colours = {t.get_text(): t.get_color() for t in ax.texts}
+    assert colours["0.02"] == "white" and colours["0.98"] == "black"
+    plt.close(ax.figure)
+    ax = plot_attention(A, tokens=["a", "b"], annotate=True, cmap="Blues")  # dark = high here
+    colours = {t.get_text(): t.get_color() for t in ax.texts}
+    assert colours["0.02"] == "black" and colours["0.98"] == "white"
+    plt.close(ax.figure)
