@@ -3,6 +3,8 @@
 The same explorer in a real browser: tests/test_browser_explorer.py.
 """
 
+from pathlib import Path
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -165,6 +167,18 @@ def test_show_heads_figures(r):
 def test_bad_input_is_named(model, call, error, message):
     with pytest.raises(error, match=message.replace("(", r"\(")):
         call(model)
+
+
+def test_the_readme_example_runs(monkeypatch):
+    """The README's explorer example, as written there (the widget needs ipywidgets)."""
+    pytest.importorskip("ipywidgets")
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("## Explore the heads of a real model", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    printed = []
+    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.append(" ".join(map(str, a))))
+    exec(compile(code, "README.md", "exec"), {})
+    assert printed[0].startswith("L3.H1: role scores") and "are -> keys" in printed[1]
 
 
 # ---------------------------------------------------------------------------- the widget
