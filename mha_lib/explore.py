@@ -256,6 +256,13 @@ def _habit(scores: dict[str, float]) -> str:
     return f"no strong habit (at most {value:.2f} on the previous, next token or [CLS])"
 
 
+def _short_habit(scores: dict[str, float]) -> str:
+    """The same in a few characters, for the small panels of a layer: 'back 1.00', 'mixed'."""
+    role, value = max(((k, scores[k]) for k in POSITIONAL_ROLES), key=lambda kv: kv[1])
+    short = {"previous token": "back", "next token": "ahead", "[CLS]": "[CLS]"}[role]
+    return f"{short} {value:.2f}" if value >= 0.5 else "mixed"
+
+
 # ---------------------------------------------------------------------------- the three views
 
 
@@ -282,8 +289,9 @@ def show_heads(
         habit = _habit(role_scores(r, layer, head))
         size = 1.5 + 0.42 * max(len(labels), 4)
         fig, ax = plt.subplots(figsize=(size + 1.4, size), layout="constrained")
-        plot_attention(M.numpy(), labels, ax=ax, title=f"{head_label(layer, head)}: {habit}")
-        fig.axes[-1].set_ylabel(colour)
+        plot_attention(
+            M.numpy(), labels, ax=ax, title=f"{head_label(layer, head)}: {habit}", label=colour
+        )
         _mark_special(ax)
         return fig
     layers = range(r.num_layers) if layer is None else [layer]
@@ -293,14 +301,15 @@ def show_heads(
         labels, M = pattern(r, l, i, words)
         mats.append(M.numpy())
     if layer is not None:
-        titles = [f"{head_label(l, i)}: {_habit(role_scores(r, l, i))[:14]}" for l, i in heads]
+        titles = [f"{head_label(l, i)}: {_short_habit(role_scores(r, l, i))}" for l, i in heads]
         fig = plot_heads(
             np.stack(mats),
             labels,
             titles=titles,
             ncols=4,
             label=colour,
-            suptitle=f"Layer {layer}'s 12 heads on your sentence (red: [CLS], [SEP])",
+            suptitle=f"Layer {layer}'s 12 heads on your sentence: 'back' / 'ahead' / '[CLS]' "
+            "name a head's strongest habit (over 0.5 of its weight)",
         )
         for ax in fig.axes[: len(heads)]:
             _mark_special(ax)
