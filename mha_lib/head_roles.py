@@ -190,6 +190,12 @@ def word_spans(sentence: str, offsets: list[tuple[int, int]]) -> list[tuple[str,
     return spans
 
 
+def _check_square(A: Tensor, name: str) -> None:
+    """ValueError naming A unless its last two axes are a square (N, N) matrix."""
+    if A.dim() < 2 or A.shape[-1] != A.shape[-2]:
+        raise ValueError(f"{name} has shape {tuple(A.shape)}; expected (..., N, N)")
+
+
 def word_attention(A: Tensor, spans: list[tuple[str, list[int]]]) -> Tensor:
     """A token attention matrix as a word attention matrix: A (..., N, N) -> (..., W, W).
 
@@ -200,7 +206,11 @@ def word_attention(A: Tensor, spans: list[tuple[str, list[int]]]) -> Tensor:
     sum would hand "didn't", three pieces, three times a one-piece word's weight).
     Rows no longer sum to 1 (they are per-piece averages).
     """
+    _check_square(A, "A")
     N = A.shape[-1]
+    last = max((p for _, pos in spans for p in pos), default=-1)
+    if last >= N:
+        raise ValueError(f"spans name token {last}; A has shape {tuple(A.shape)}, only N = {N}")
     M = torch.zeros(len(spans), N, dtype=A.dtype)  # (W, N): row u averages u's pieces
     for u, (_, pos) in enumerate(spans):
         M[u, pos] = 1.0 / len(pos)
@@ -386,6 +396,7 @@ def offset_margin(scores: Tensor, offset: int) -> Tensor:
     softmax weight, which saturates at 1, this keeps separating heads: a margin
     of 5 means the neighbour is e^5 ≈ 150 times as likely as the runner-up.
     """
+    _check_square(scores, "scores")
     N = scores.shape[-1]
     i = torch.arange(1, N)
     i = i[(i + offset >= 1) & (i + offset < N)]

@@ -14,11 +14,15 @@ differ so that the answer moves in a way a shortcut cannot follow:
   the subject and its verb (The dogs bark / The dogs near the house bark);
 - similarity: the noun of similar meaning and an unrelated noun swap places.
 
-In every pair the to-word sits at a different distance from the from-word in
-the two sentences (or is a different word), so a head that attends at a fixed
-offset, evenly, or to [CLS] cannot get both sentences right; `tests/test_head_roles.py`
-checks this for every pair. `PAIRS[role]` has at least 20 pairs; `split(pairs)`
-cuts them into a selection half (even places) and a held-out half (odd places).
+In every pair the to-word sits at a different distance (in words) from the
+from-word in the two sentences, or is a different word, so a head that attends
+at a fixed offset, evenly, or to [CLS] cannot get both sentences right, with one
+exception that `tests/test_head_roles.py` pins down: scored backwards (verb ->
+"didn't"), a fixed offset of -2 tokens lands inside "didn't" (didn ' t) with or
+without the inserted adverb, so those pairs cannot tell that role from the shortcut.
+
+`PAIRS[role]` has at least 20 pairs; `split(pairs)` cuts them into a selection
+half (even places) and a held-out half (odd places).
 
 The positional roles (previous token, next token) need no marks: every
 sentence serves for them.

@@ -119,6 +119,10 @@ def test_word_attention_takes_the_mean_of_the_pieces():
     assert top_word(A, RUNNING, offsets, "it") == "the"
     stack = torch.stack([A, even])[None]  # (1, 2, N, N): any leading axes
     assert word_attention(stack, spans).shape == (1, 2, W, W)
+    with pytest.raises(ValueError, match=r"A has shape \(16, 15\); expected \(..., N, N\)"):
+        word_attention(A[:, :15], spans)
+    with pytest.raises(ValueError, match="spans name token 13; A has shape"):
+        word_attention(A[:10, :10], spans)
 
 
 def test_null_patterns():
@@ -165,6 +169,8 @@ def test_offset_margin_separates_what_the_softmax_saturates():
     assert offset_margin(sharper, -1) == pytest.approx(40.0)
     assert offset_margin(torch.stack([sharp, sharper]), -1).shape == (2,)
     assert offset_margin(sharp, +1) < 0
+    with pytest.raises(ValueError, match="scores has shape"):
+        offset_margin(sharp[:, :5], -1)
 
 
 def test_special_token_mass():
