@@ -15,6 +15,7 @@ Each piece is derived in a notebook first and then lives here:
   tokenizer and mean pooling (notebook 05; imports torch, safetensors, tokenizers);
 - `head_roles`, `role_sentences`: the scores that measure what its heads do, and the
   hand-marked sentences they are measured on (notebook 05);
+- `explore`: those heads on a sentence of your own, as figures and as a widget (notebook 05);
 - `toy_tasks`, `toy_models`, `training`, `circuits`: small tasks, attention-only models, a
   seeded training loop and head scores / QK and OV circuits (notebook 06; import torch);
 - `conv`: a k×k convolution computed as multi-head self-attention with k² heads
