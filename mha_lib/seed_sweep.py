@@ -47,8 +47,10 @@ __all__ = [
     "induction_test_batch",
     "load_sweep",
     "run_sweep",
+    "seed_table",
     "summarise_committee",
     "summarise_induction",
+    "sweep_claims",
 ]
 
 SEEDS = tuple(range(12))
@@ -182,3 +184,101 @@ if __name__ == "__main__":
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(run_sweep(verbose=True), indent=1) + "\n")
     print(f"wrote {out}")
+
+
+# ---------------------------------------------------------------------------- the claims
+
+PREVIOUS_HEAD = (
+    0.4  # a layer-0 head with a previous-token score above this is "a previous-token head"
+)
+DUPLICATE_HEAD = 0.4  # ... with a duplicate-token score above this, "a duplicate-token head"
+
+
+def seed_table(sweep: dict) -> dict[str, list]:
+    """Per seed, the quantities notebook 06's claims are about (lists over seeds).
+
+    Part 1: acc4 (3,) and acc1 (3,), the test accuracy per sub-task of 4 heads and of 1 head.
+    Part 2: induction (h,) of layer 1; prev / dup, the largest previous- and duplicate-token
+    score in layer 0 and which head has it; q_dup (h,), the Q-composition of each layer-1 head
+    with the duplicate-token head; k_prev (h,), the K-composition with the previous-token head;
+    worst_layer0, the second-copy loss without the layer-0 head that matters most;
+    no_layer1, the loss without both layer-1 heads.
+    """
+    table: dict[str, list] = {k: [] for k in ("acc4", "acc1", "induction", "prev", "dup")}
+    for k in ("prev_head", "dup_head", "q_dup", "k_prev", "loss", "worst_layer0", "no_layer1"):
+        table[k] = []
+    for c4, c1, ind in zip(
+        sweep["committee 4 heads"], sweep["committee 1 head"], sweep["induction"]
+    ):
+        table["acc4"].append(c4["accuracy"])
+        table["acc1"].append(c1["accuracy"])
+        table["induction"].append(ind["induction"][1])
+        prev, dup = ind["previous"][0], ind["duplicate"][0]
+        p, d = (
+            max(range(len(prev)), key=prev.__getitem__),
+            max(range(len(dup)), key=dup.__getitem__),
+        )
+        table["prev"].append(prev[p])
+        table["dup"].append(dup[d])
+        table["prev_head"].append(p)
+        table["dup_head"].append(d)
+        table["q_dup"].append([row[d] for row in ind["q_composition"]])
+        table["k_prev"].append([row[p] for row in ind["k_composition"]])
+        table["loss"].append(ind["loss"])
+        table["worst_layer0"].append(max(ind["ablated"][0]))
+        table["no_layer1"].append(ind["ablated layer 1"])
+    return table
+
+
+def sweep_claims(sweep: dict, ln_v: float) -> dict[str, int]:
+    """How many seeds each of notebook 06's statements holds in (and "seeds", how many there are).
+
+    ln_v = ln(vocab_size), the loss of a uniform guess in Part 2.
+    """
+    t = seed_table(sweep)
+
+    def count(flags) -> int:
+        return int(sum(bool(f) for f in flags))
+
+    has_prev = [p > PREVIOUS_HEAD for p in t["prev"]]
+    has_dup = [d > DUPLICATE_HEAD for d in t["dup"]]
+    return {
+        "seeds": len(t["acc4"]),
+        "4 heads: all three above 99 %": count(min(a) > 0.99 for a in t["acc4"]),
+        "4 heads: two or more above 95 %": count(sorted(a)[1] > 0.95 for a in t["acc4"]),
+        "1 head: same label above 80 %, neighbours below 40 %": count(
+            a[2] > 0.8 and max(a[:2]) < 0.4 for a in t["acc1"]
+        ),
+        "1 head: a neighbour above 80 %, same label below 30 %": count(
+            max(a[:2]) > 0.8 and a[2] < 0.3 for a in t["acc1"]
+        ),
+        "1 head: both neighbours above 80 %": count(min(a[:2]) > 0.8 for a in t["acc1"]),
+        "1 head: some sub-task below 30 %": count(min(a) < 0.3 for a in t["acc1"]),
+        "4 heads beat 1 head by 10 points on the mean": count(
+            sum(a4) / 3 > sum(a1) / 3 + 0.1 for a4, a1 in zip(t["acc4"], t["acc1"])
+        ),
+        "both layer-1 heads are induction heads (above 0.6)": count(
+            min(i) > 0.6 for i in t["induction"]
+        ),
+        "layer 0 has a previous-token head": count(has_prev),
+        "layer 0 has a duplicate-token head": count(has_dup),
+        "layer 0 has one or the other": count(p or d for p, d in zip(has_prev, has_dup)),
+        "duplicate-token head, no previous-token head": count(
+            d and not p for p, d in zip(has_prev, has_dup)
+        ),
+        "... and both induction heads Q-compose with it above 0.25": count(
+            d and not p and min(q) > 0.25 for p, d, q in zip(has_prev, has_dup, t["q_dup"])
+        ),
+        "previous-token head, K-composition within 0.05 of random": count(
+            p and min(k) < 0.23 for p, k in zip(has_prev, t["k_prev"])
+        ),
+        "removing one layer-0 head raises the loss above 0.5 ln V": count(
+            w > 0.5 * ln_v for w in t["worst_layer0"]
+        ),
+        "removing both layer-1 heads raises the loss above 0.9 ln V": count(
+            n > 0.9 * ln_v for n in t["no_layer1"]
+        ),
+        "the trained loss on the second copy is below 0.2 ln V": count(
+            x < 0.2 * ln_v for x in t["loss"]
+        ),
+    }
