@@ -11,7 +11,9 @@ columns = keys, as everywhere in the series).
   step marked): the slider's callback, a plain function;
 - `formation_explorer`: an `ipywidgets` slider over the saved steps that calls `draw_step`.
 Every panel is drawn with `plot.plot_attention` on the fixed 0-1 colour scale, so a pattern
-that sharpens looks sharper, never rescaled.
+that sharpens looks sharper, never rescaled. Masked cells (`mask`, True = may attend) are drawn
+plain light grey rather than hatched: a strip has dozens of panels, and hatching each blocked
+cell would make it slow to draw.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .plot import colorbar_label, plot_attention
+from .plot import plot_attention
 
 __all__ = ["draw_step", "formation_explorer", "formation_strip", "nearest_steps"]
 
@@ -39,6 +41,21 @@ def _check(steps, patterns, names) -> tuple[list[int], np.ndarray]:
     if len(names) != patterns.shape[1]:
         raise ValueError(f"got {len(names)} names for k = {patterns.shape[1]} heads")
     return steps, patterns
+
+
+MASKED = "0.85"  # the colour of a blocked cell, as plot.MASK_FACE
+WEIGHTS = plt.get_cmap("viridis").with_extremes(bad=MASKED)
+
+
+def _panel(ax, A: np.ndarray, mask) -> None:
+    """One pattern on the 0-1 scale, blocked cells grey (NaN drawn in the colour map's 'bad')."""
+    if mask is not None:
+        A = np.where(np.broadcast_to(np.asarray(mask, dtype=bool), A.shape), A, np.nan)
+    plot_attention(A, ax=ax, annotate=False, colorbar=False, cmap=WEIGHTS)
+
+
+def _label(mask) -> str:
+    return "attention weight" + ("\n(grey = masked)" if mask is not None else "")
 
 
 def nearest_steps(steps: Sequence[int], wanted: Sequence[float]) -> list[int]:
@@ -79,7 +96,7 @@ def draw_step(
     grid = fig.add_gridspec(rows, k)
     for i in range(k):
         ax = fig.add_subplot(grid[rows - 1, i])
-        plot_attention(current[i], ax=ax, annotate=False, colorbar=False, mask=mask)
+        _panel(ax, current[i], mask)
         ax.set_title(names[i], fontsize=9)
         if i:
             ax.set_ylabel("")
@@ -87,7 +104,7 @@ def draw_step(
         fig.axes[-1].images[0],
         ax=fig.axes[-k:],
         fraction=0.03,
-        label=colorbar_label("attention weight", 0.0, 1.0, False, mask is not None),
+        label=_label(mask),
     )
     if curve is not None:
         _curve(fig.add_subplot(grid[0, :]), curve, [step], curve_label)
@@ -117,9 +134,7 @@ def formation_strip(
     for r in range(k):
         for c, s in enumerate(show):
             ax = fig.add_subplot(grid[top + r, c])
-            plot_attention(
-                patterns[steps.index(s), r], ax=ax, annotate=False, colorbar=False, mask=mask
-            )
+            _panel(ax, patterns[steps.index(s), r], mask)
             ax.set_xticks([]), ax.set_yticks([])
             ax.set_xlabel(f"step {s}" if r == k - 1 else "")
             ax.set_ylabel(names[r] if c == 0 else "", fontsize=8)
@@ -127,7 +142,7 @@ def formation_strip(
         fig.axes[-1].images[0],
         ax=fig.axes[top:],
         fraction=0.03,
-        label=colorbar_label("attention weight", 0.0, 1.0, False, mask is not None),
+        label=_label(mask),
     )
     if curve is not None:
         _curve(fig.add_subplot(grid[0, :]), curve, show, curve_label)
