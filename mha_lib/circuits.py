@@ -5,6 +5,8 @@ Head scores read attention weights A (..., h, N, N) (rows = queries, columns = k
 - `induction_score`: on a block of T tokens repeated once, the mean weight from query i of
   the second copy (T <= i < 2T) on key i - T + 1, the token *after* the previous occurrence of
   the current token, per head;
+- `duplicate_token_score`: on the same repeated block, the mean weight from query i of the
+  second copy on key i - T, the earlier occurrence of the current token itself, per head;
 - `relation_scores`: for given key positions per relation, the mean weight each head puts
   where each relation points (heads × relations).
 
@@ -13,8 +15,15 @@ row-vector convention of the series (x W, x a row of the residual stream, C = em
 - `head_weights`: W_Q^h, W_K^h, W_V^h (C, d) and W_O^h (d, C);
 - `qk_circuit`: W_QK^h = W_Q^h W_K^hᵀ (C, C); query row x_i and key row x_j score x_i W_QK x_jᵀ;
 - `ov_circuit`: W_OV^h = W_V^h W_O^h (C, C); a key row x_j writes x_j W_OV into the stream;
-- `composition_score`: ‖A Bᵀ‖_F / (‖A‖_F ‖B‖_F), e.g. K-composition between a later head's
-  W_QK and an earlier head's W_OV.
+- `composition_score`: ‖A Bᵀ‖_F / (‖A‖_F ‖B‖_F) for two (C, C) matrices;
+- `k_composition`, `q_composition`, `v_composition`: how much of what an earlier head writes
+  (x W_OV^0) a later head reads through its keys, its queries or its values (Elhage et al.
+  2021), in this row convention:
+  K: x_i W_QK^1 (x W_OV^0)ᵀ, the matrix W_QK^1 W_OV^0ᵀ;
+  Q: (x W_OV^0) W_QK^1 x_jᵀ, the matrix W_OV^0 W_QK^1;
+  V: (x W_OV^0) W_OV^1, the matrix W_OV^0 W_OV^1;
+  each scored ‖M‖_F / (‖W^1‖_F ‖W_OV^0‖_F);
+- `random_composition`: the same score for random pairs of rank-d matrices, the null level.
 Both circuits have rank at most d = C / h.
 """
 
@@ -27,12 +36,17 @@ from .pytorch import MultiHeadAttention
 
 __all__ = [
     "composition_score",
+    "duplicate_token_score",
     "head_weights",
     "induction_score",
+    "k_composition",
     "ov_circuit",
     "previous_token_score",
+    "q_composition",
     "qk_circuit",
+    "random_composition",
     "relation_scores",
+    "v_composition",
 ]
 
 
@@ -58,18 +72,29 @@ def previous_token_score(A) -> Tensor:
     return _per_head(torch.diagonal(A, offset=-1, dim1=-2, dim2=-1))  # A[i, i - 1], i >= 1
 
 
+def _second_copy_stripe(A, T, offset: int) -> Tensor:
+    """A[..., i, i - T + offset] for the queries of the second copy, T <= i < 2T: (..., T)."""
+    A = _check_weights(A)
+    N = A.shape[-1]
+    if isinstance(T, bool) or not isinstance(T, int) or T < 2 or 2 * T > N:
+        raise ValueError(f"T = {T!r}; expected an int with 2 <= T and 2T <= N = {N}")
+    stripe = torch.diagonal(A, offset=offset - T, dim1=-2, dim2=-1)  # from query T - offset on
+    return stripe[..., offset : T + offset]  # queries i = T .. 2T-1
+
+
 def induction_score(A, T: int) -> Tensor:
     """Mean of A[..., i, i - T + 1] over T <= i < 2T: one number per head.
 
     A (h, N, N) or (B, h, N, N) with N >= 2T, computed on a block of T tokens followed by the
     same block (every sequence with the same T) -> (h,); A (N, N) -> a scalar.
     """
-    A = _check_weights(A)
-    N = A.shape[-1]
-    if isinstance(T, bool) or not isinstance(T, int) or T < 2 or 2 * T > N:
-        raise ValueError(f"T = {T!r}; expected an int with 2 <= T and 2T <= N = {N}")
-    stripe = torch.diagonal(A, offset=1 - T, dim1=-2, dim2=-1)  # A[i, i-T+1], i = T-1, T, ...
-    return _per_head(stripe[..., 1 : T + 1])  # queries i = T .. 2T-1
+    return _per_head(_second_copy_stripe(A, T, 1))
+
+
+def duplicate_token_score(A, T: int) -> Tensor:
+    """Mean of A[..., i, i - T] over T <= i < 2T: the weight on the earlier occurrence of the
+    current token itself. Shapes as `induction_score`."""
+    return _per_head(_second_copy_stripe(A, T, 0))
 
 
 def relation_scores(A, where) -> Tensor:
@@ -134,3 +159,35 @@ def composition_score(A: Tensor, B: Tensor) -> float:
             f"A has shape {tuple(A.shape)} and B {tuple(B.shape)}; expected two (C, C) matrices"
         )
     return float(torch.linalg.norm(A @ B.T) / (torch.linalg.norm(A) * torch.linalg.norm(B)))
+
+
+def k_composition(W_QK: Tensor, W_OV: Tensor) -> float:
+    """K-composition of a later head (W_QK (C, C)) with an earlier head (W_OV (C, C)):
+    ‖W_QK W_OVᵀ‖_F / (‖W_QK‖_F ‖W_OV‖_F). Its keys read what the earlier head wrote."""
+    return composition_score(W_QK, W_OV)
+
+
+def q_composition(W_QK: Tensor, W_OV: Tensor) -> float:
+    """Q-composition of a later head (W_QK (C, C)) with an earlier head (W_OV (C, C)):
+    ‖W_OV W_QK‖_F / (‖W_QK‖_F ‖W_OV‖_F). Its queries read what the earlier head wrote."""
+    return composition_score(torch.as_tensor(W_QK).T, W_OV)  # ‖W_QKᵀ W_OVᵀ‖ = ‖W_OV W_QK‖
+
+
+def v_composition(W_OV_later: Tensor, W_OV: Tensor) -> float:
+    """V-composition of a later head (W_OV_later (C, C)) with an earlier head (W_OV (C, C)):
+    ‖W_OV W_OV_later‖_F / (‖W_OV_later‖_F ‖W_OV‖_F). Its values read what the earlier wrote."""
+    return composition_score(torch.as_tensor(W_OV_later).T, W_OV)
+
+
+def random_composition(C: int, d: int, count: int = 100, seed: int = 0) -> Tensor:
+    """K-composition scores of `count` pairs of random rank-d (C, C) matrices: the null level.
+
+    Each matrix is (C, d) @ (d, C) with standard normal entries, drawn on the CPU from a seeded
+    generator. Q- and K-composition of random pairs have the same distribution (a transpose).
+    """
+    gen = torch.Generator().manual_seed(seed)
+
+    def rank_d() -> Tensor:
+        return torch.randn(C, d, generator=gen) @ torch.randn(d, C, generator=gen)  # (C, C)
+
+    return torch.tensor([composition_score(rank_d(), rank_d()) for _ in range(count)])

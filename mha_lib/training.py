@@ -1,9 +1,17 @@
-"""A small, seeded, bit-stable training loop, and the two trainings of notebook 06.
+"""A small, seeded training loop, and the two trainings of notebook 06.
 
 `train` runs Adam for a fixed number of steps on batches drawn from a seeded
 `torch.Generator`, with torch's intra-op threads set to `threads` (1 by default) for the
-duration of the call and restored afterwards: on the CPU, the same seed then gives the same
-loss curve, float for float, on every run. It returns the curves the loss function reports.
+duration of the call and restored afterwards. What that makes repeatable, and what not: on
+one machine, with the same threads and the same numeric kernels, the same seed gives the same
+loss curve, float for float, on every run. A different processor (or kernels chosen for a
+different instruction set, e.g. `ATEN_CPU_CAPABILITY=default`) rounds some sums differently, and
+training amplifies those last-bit differences: the run follows a slightly different trajectory,
+so its losses, accuracies and scores differ a little (and a borderline seed may end up on the
+other side of a threshold). Claims about trained models are therefore asserted with margins,
+and over several seeds (`seed_sweep`). It returns the curves the loss function reports and,
+when asked, snapshots of the model taken during training (`record`, `record_steps`): what
+notebook 06 shows as "watch the head form".
 
 `train_committee` (Part 1) and `train_induction` (Part 2) are the exact trainings the notebook
 runs, with their settings in `COMMITTEE` and `INDUCTION`; the losses and accuracies they use
@@ -12,7 +20,7 @@ sit beside them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +35,7 @@ __all__ = [
     "committee_loss",
     "copy_losses",
     "induction_loss",
+    "snapshot_steps",
     "subtask_accuracy",
     "train",
     "train_committee",
@@ -44,23 +53,45 @@ def train(
     lr: float = 1e-2,
     seed: int = 0,
     threads: int = 1,
-) -> dict[str, list[float]]:
+    record: Callable[[nn.Module], Tensor] | None = None,
+    record_steps: Sequence[int] = (),
+) -> dict:
     """Train `model` in place with Adam(lr) for `steps` steps; return the curves.
 
     make_batch(gen) draws one batch from the generator (seeded with `seed`);
     loss_fn(model, batch) returns the loss, or (loss, {name: value}) to record more curves.
-    Returns {"loss": [...], name: [...]}, one value per step.
+    Returns {"loss": [...], name: [...]}, one value per step. With `record`, also
+    "snapshots": {s: record(model)} for every s in record_steps, taken after s optimiser steps
+    (s = 0: before training), in eval mode and without gradients, so that recording does not
+    change the training.
     """
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int; got {steps!r}")
+    record_steps = sorted(set(record_steps))
+    if record_steps and record is None:
+        raise ValueError("record_steps given without record: pass record=fn(model) -> Tensor")
+    if any(
+        isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= steps for s in record_steps
+    ):
+        raise ValueError(f"record_steps must be ints in [0, steps = {steps}]; got {record_steps}")
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         gen = torch.Generator().manual_seed(seed)
         optimiser = torch.optim.Adam(model.parameters(), lr=lr)
-        history: dict[str, list[float]] = {"loss": []}
+        history: dict = {"loss": []}
+        snapshots: dict[int, Tensor] = {}
+
+        def snapshot(step: int) -> None:
+            if step in record_steps:
+                model.eval()
+                with torch.no_grad():
+                    snapshots[step] = record(model).detach().cpu().clone()
+                model.train()
+
         model.train()
-        for _ in range(steps):
+        snapshot(0)
+        for step in range(1, steps + 1):
             result = loss_fn(model, make_batch(gen))
             loss, extras = result if isinstance(result, tuple) else (result, {})
             optimiser.zero_grad()
@@ -69,7 +100,10 @@ def train(
             history["loss"].append(loss.item())
             for name, value in extras.items():
                 history.setdefault(name, []).append(float(torch.as_tensor(value).detach()))
+            snapshot(step)
         model.eval()
+        if record is not None:
+            history["snapshots"] = snapshots
         return history
     finally:
         torch.set_num_threads(previous_threads)
@@ -81,7 +115,8 @@ COMMITTEE = {"num_symbols": 16, "num_labels": 6, "embed_dim": 32, "batch": 128, 
 
 
 def committee_loss(model: Committee, batch) -> Tensor:
-    """Cross-entropy over the three sub-tasks, scored positions only."""
+    """Cross-entropy averaged over the scored positions of all three sub-tasks (one mean, so
+    a uniform guess scores ln num_symbols)."""
     symbols, labels, targets = batch  # (B, N), (B, N), (B, N, 3)
     logits, _ = model(symbols, labels)  # (B, N, 3, V)
     return F.cross_entropy(
@@ -99,11 +134,23 @@ def subtask_accuracy(model: Committee, batch, head_mask: Tensor | None = None) -
     return right.sum(dim=(0, 1)) / scored.sum(dim=(0, 1))  # (3,)
 
 
-def train_committee(num_heads: int, seed: int, steps: int = 500) -> tuple[Committee, list[float]]:
+def snapshot_steps(steps: int, count: int) -> list[int]:
+    """`count` + 1 evenly spaced steps from 0 to `steps` (both included), e.g. (500, 25) ->
+    0, 20, 40, ..., 500: where to record snapshots of a training run."""
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= steps:
+        raise ValueError(f"count = {count!r}; expected an int in [1, steps = {steps}]")
+    return sorted({round(k * steps / count) for k in range(count + 1)})
+
+
+def train_committee(
+    num_heads: int, seed: int, steps: int = 500, probe=None, record_steps: Sequence[int] = ()
+) -> tuple[Committee, dict]:
     """Part 1's model with `num_heads` heads of width embed_dim / num_heads, trained from `seed`.
 
     Every setting but num_heads is fixed (COMMITTEE), so models with 1 or 4 heads have the same
-    parameter count, data and budget. Returns the model and its loss curve.
+    parameter count, data and budget. Returns the model and its history {"loss": [...]}; with
+    probe = (symbols, labels) of one sequence (1, N) and record_steps, also "snapshots":
+    {s: the heads' weights (h, N, N) on the probe after s steps}.
     """
     c = COMMITTEE
     torch.manual_seed(seed)
@@ -113,8 +160,20 @@ def train_committee(num_heads: int, seed: int, steps: int = 500) -> tuple[Commit
     def make_batch(gen):
         return relations_batch(gen, c["batch"], c["num_labels"], c["num_symbols"])
 
-    history = train(model, make_batch, committee_loss, steps, lr=c["lr"], seed=seed)
-    return model, history["loss"]
+    def record(m: Committee) -> Tensor:
+        return m(probe[0], probe[1], need_weights=True)[1][0]  # (h, N, N)
+
+    history = train(
+        model,
+        make_batch,
+        committee_loss,
+        steps,
+        lr=c["lr"],
+        seed=seed,
+        record=record if probe is not None else None,
+        record_steps=record_steps,
+    )
+    return model, history
 
 
 # ---------------------------------------------------------------------------- Part 2: induction
@@ -158,10 +217,14 @@ def induction_loss(model: AttentionOnly, batch):
     return ce.mean(), parts
 
 
-def train_induction(seed: int = 0, steps: int = 1000) -> tuple[AttentionOnly, dict]:
+def train_induction(
+    seed: int = 0, steps: int = 1000, probe: Tensor | None = None, record_steps: Sequence[int] = ()
+) -> tuple[AttentionOnly, dict]:
     """Part 2's two-layer attention-only model (INDUCTION settings) trained from `seed`.
 
-    Returns the model and the curves {"loss", "first half", "repeated half"}, one per step.
+    Returns the model and the curves {"loss", "first half", "repeated half"}, one per step;
+    with probe = tokens (1, N) and record_steps, also "snapshots": {s: the weights
+    (layers, h, N, N) of every head on the probe after s steps}.
     """
     c = INDUCTION
     torch.manual_seed(seed)
@@ -172,5 +235,17 @@ def train_induction(seed: int = 0, steps: int = 1000) -> tuple[AttentionOnly, di
     def make_batch(gen):
         return repeated_block_batch(gen, c["batch"], c["vocab_size"], c["min_len"], c["max_len"])
 
-    history = train(model, make_batch, induction_loss, steps, lr=c["lr"], seed=seed)
+    def record(m: AttentionOnly) -> Tensor:
+        return torch.stack([w[0] for w in m(probe, need_weights=True)[1]])  # (layers, h, N, N)
+
+    history = train(
+        model,
+        make_batch,
+        induction_loss,
+        steps,
+        lr=c["lr"],
+        seed=seed,
+        record=record if probe is not None else None,
+        record_steps=record_steps,
+    )
     return model, history

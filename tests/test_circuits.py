@@ -9,12 +9,17 @@ import torch
 
 from mha_lib.circuits import (
     composition_score,
+    duplicate_token_score,
     head_weights,
     induction_score,
+    k_composition,
     ov_circuit,
     previous_token_score,
+    q_composition,
     qk_circuit,
+    random_composition,
     relation_scores,
+    v_composition,
 )
 from mha_lib.exercises.nb06 import _weights
 from mha_lib.pytorch import MultiHeadAttention
@@ -117,3 +122,63 @@ def test_composition_score():
     assert composition_score(P, Q) == 0.0 and composition_score(P, P) == 1.0
     with pytest.raises(ValueError, match=r"\(C, C\)"):
         composition_score(A, A[:3])
+
+
+def test_duplicate_token_score_detects_a_hand_built_head():
+    T = 5
+    A = torch.zeros(2 * T, 2 * T)
+    A[torch.arange(T), torch.arange(T)] = 1.0  # the first copy attends to itself
+    A[torch.arange(T, 2 * T), torch.arange(T)] = 1.0  # the second copy to the earlier copy
+    heads = torch.stack([A, previous_token_head(2 * T), *random_heads(2, 2 * T)])
+    score = duplicate_token_score(heads, T)
+    assert float(score[0]) == 1.0 and bool((score[1:] < 0.4).all())
+    assert float(induction_score(A, T)) == 0.0  # one key too early for an induction head
+    rows = np.arange(T, 2 * T)
+    B = _weights(3, 2, 3, 2 * T)
+    np.testing.assert_allclose(
+        duplicate_token_score(torch.from_numpy(B), T).numpy(), B[:, :, rows, rows - T].mean((0, 2))
+    )
+    with pytest.raises(ValueError, match="2T <= N"):
+        duplicate_token_score(heads, 6)
+
+
+def test_compositions_are_the_normalised_products_of_elhage_et_al():
+    gen = torch.Generator().manual_seed(0)
+    W_QK, W_OV, W_OV1 = (torch.randn(6, 6, generator=gen, dtype=torch.float64) for _ in range(3))
+    norm = torch.linalg.norm
+    assert k_composition(W_QK, W_OV) == pytest.approx(
+        float(norm(W_QK @ W_OV.T) / (norm(W_QK) * norm(W_OV)))
+    )
+    assert q_composition(W_QK, W_OV) == pytest.approx(
+        float(norm(W_OV @ W_QK) / (norm(W_QK) * norm(W_OV)))
+    )
+    assert v_composition(W_OV1, W_OV) == pytest.approx(
+        float(norm(W_OV @ W_OV1) / (norm(W_OV1) * norm(W_OV)))
+    )
+    assert q_composition(W_QK, W_OV) != pytest.approx(k_composition(W_QK, W_OV))
+
+
+def test_q_and_k_composition_see_the_side_the_earlier_head_writes_to():
+    """A layer-0 head writes into a subspace S; a layer-1 head whose queries read only S has
+    full Q-composition and none through its keys, and the other way round."""
+    C = 8
+    S = torch.zeros(C, C, dtype=torch.float64)
+    S[0, 4] = 1.0  # W_OV: reads coordinate 0, writes coordinate 4
+    reads_query = torch.zeros(C, C, dtype=torch.float64)
+    reads_query[4, 1] = 1.0  # W_QK: query coordinate 4 against key coordinate 1
+    assert q_composition(reads_query, S) == pytest.approx(1.0)
+    assert k_composition(reads_query, S) == pytest.approx(0.0)
+    assert k_composition(reads_query.T, S) == pytest.approx(1.0)
+    assert q_composition(reads_query.T, S) == pytest.approx(0.0)
+
+
+def test_random_composition_is_the_null_level_and_matches_the_exercise_reference():
+    scores = random_composition(32, 16, count=50, seed=0)
+    assert scores.shape == (50,)
+    assert bool(((scores > 0) & (scores < 1)).all())
+    assert 0.1 < float(scores.mean()) < 0.3 and float(scores.std()) < 0.05
+    torch.testing.assert_close(scores, random_composition(32, 16, count=50, seed=0))
+    rng = np.random.default_rng(1)
+    W_QK, W_OV = rng.standard_normal((5, 5)), rng.standard_normal((5, 5))
+    expected = np.linalg.norm(W_OV @ W_QK) / (np.linalg.norm(W_QK) * np.linalg.norm(W_OV))
+    assert q_composition(torch.from_numpy(W_QK), torch.from_numpy(W_OV)) == pytest.approx(expected)

@@ -2,8 +2,11 @@
 
 import numpy as np
 import pytest
+import torch
 
-from mha_lib.exercises import check_induction_score, check_per_head_previous_token_score
+from mha_lib.circuits import q_composition
+from mha_lib.exercises import check_induction_score, check_q_composition
+from mha_lib.exercises.nb06 import _composition_mistakes, _rank_d
 
 
 def verdict(capsys) -> str:
@@ -13,54 +16,79 @@ def verdict(capsys) -> str:
     return out
 
 
-# previous_token_score ---------------------------------------------------------------------------
+# q_composition ----------------------------------------------------------------------------------
 
 
-def test_check_per_head_previous_token_score_accepts_correct_forms(capsys):
-    assert check_per_head_previous_token_score(
-        lambda A: np.diagonal(A, -1, -2, -1).mean(axis=(0, 2))
-    )
-    assert "✓ per_head_previous_token_score: correct" in verdict(capsys)
-    # a loop over queries
-    assert check_per_head_previous_token_score(
-        lambda A: (
-            sum(A[:, :, i, i - 1] for i in range(1, A.shape[-1])).mean(axis=0) / (A.shape[-1] - 1)
+def fro(M):
+    return np.linalg.norm(M)
+
+
+def test_check_q_composition_accepts_correct_forms(capsys):
+    assert check_q_composition(lambda W_QK, W_OV: fro(W_OV @ W_QK) / (fro(W_QK) * fro(W_OV)))
+    assert "✓ q_composition: correct" in verdict(capsys)
+    # transposed: ‖W_QKᵀ W_OVᵀ‖ is the same number
+    assert check_q_composition(lambda W_QK, W_OV: fro(W_QK.T @ W_OV.T) / fro(W_QK) / fro(W_OV))
+    assert "✓" in verdict(capsys)
+    # torch, returning a 0-d tensor
+    assert check_q_composition(
+        lambda W_QK, W_OV: (
+            torch.linalg.norm(torch.tensor(W_OV) @ torch.tensor(W_QK))
+            / (torch.linalg.norm(torch.tensor(W_QK)) * torch.linalg.norm(torch.tensor(W_OV)))
         )
     )
     assert "✓" in verdict(capsys)
-    # fancy indexing, returning a list
-    assert check_per_head_previous_token_score(
-        lambda A: list(
-            A[:, :, np.arange(1, A.shape[-1]), np.arange(A.shape[-1] - 1)].mean(axis=(0, 2))
+    # the Frobenius norm written out as sqrt(trace(M Mᵀ)), returning a Python float
+    assert check_q_composition(
+        lambda W_QK, W_OV: float(
+            np.sqrt(np.trace((W_OV @ W_QK) @ (W_OV @ W_QK).T))
+            / np.sqrt(np.sum(W_QK**2) * np.sum(W_OV**2))
         )
+    )
+    assert "✓" in verdict(capsys)
+    # the library's own function
+    assert check_q_composition(
+        lambda W_QK, W_OV: q_composition(torch.tensor(W_QK), torch.tensor(W_OV))
     )
     assert "✓" in verdict(capsys)
 
 
-def _prev(A, offset):
-    return np.diagonal(A, offset, -2, -1).mean(axis=(0, 2))
+def test_the_q_composition_mistakes_are_distinct_on_the_test_matrices():
+    rng = np.random.default_rng(20)
+    W_QK, W_OV = _rank_d(rng, 7, 3), _rank_d(rng, 7, 3)
+    values = [float(v) for v in _composition_mistakes(W_QK, W_OV).values()]
+    values.append(fro(W_OV @ W_QK) / (fro(W_QK) * fro(W_OV)))  # the right answer
+    assert min(abs(a - b) for i, a in enumerate(values) for b in values[i + 1 :]) > 1e-3
 
 
 @pytest.mark.parametrize(
     ("wrong", "message"),
     [
-        (lambda A: _prev(A, 0), "diagonal A[i, i]"),
-        (lambda A: _prev(A, 1), "NEXT token"),
-        (lambda A: np.diagonal(np.roll(A, 1, axis=-1), 0, -2, -1).mean(axis=(0, 2)), "wraps"),
-        (lambda A: np.diagonal(A, -1, -2, -1).sum(-1).mean(0) / A.shape[-1], "instead of N - 1"),
-        (lambda A: np.diagonal(A, -1, -2, -1).sum(-1).mean(0), "sums over the queries"),
-        (lambda A: np.full(A.shape[1], np.diagonal(A, -1, -2, -1).mean()), "averages the heads"),
-        (lambda A: np.diagonal(A, -1, -2, -1).max(-1).mean(0), "largest weight"),
-        (lambda A: A.mean(axis=(0, 2, 3)), "whole matrix"),
-        (lambda A: np.diagonal(A, -1, -2, -1).mean(-1), "average over the batch"),
-        (lambda A: None, "not implemented"),
-        (lambda A: 1 / 0, "raised ZeroDivisionError"),
+        (lambda W_QK, W_OV: fro(W_QK @ W_OV.T) / (fro(W_QK) * fro(W_OV)), "K-composition"),
+        (lambda W_QK, W_OV: fro(W_QK @ W_OV) / (fro(W_QK) * fro(W_OV)), "wrong order"),
+        (lambda W_QK, W_OV: fro(W_OV @ W_QK), "not normalised"),
+        (
+            lambda W_QK, W_OV: (
+                np.linalg.norm(W_OV @ W_QK, 2) / (np.linalg.norm(W_QK, 2) * np.linalg.norm(W_OV, 2))
+            ),
+            "spectral norm",
+        ),
+        (lambda W_QK, W_OV: fro(W_OV @ W_QK) ** 2 / (fro(W_QK) * fro(W_OV)) ** 2, "squares"),
+        (lambda W_QK, W_OV: fro(W_OV @ W_QK) / (fro(W_QK) + fro(W_OV)), "adds the two norms"),
+        (lambda W_QK, W_OV: fro(W_OV * W_QK) / (fro(W_QK) * fro(W_OV)), "element-wise"),
+        (lambda W_QK, W_OV: np.sum(W_OV * W_QK) / (fro(W_QK) * fro(W_OV)), "cosine"),
+        (lambda W_QK, W_OV: fro(W_OV @ W_OV) / fro(W_OV) ** 2, "uses W_OV twice"),
+        (
+            lambda W_QK, W_OV: np.array([fro(W_OV @ W_QK) / (fro(W_QK) * fro(W_OV))]),
+            "expected shape ()",
+        ),
+        (lambda W_QK, W_OV: None, "not implemented"),
+        (lambda W_QK, W_OV: 1 / 0, "raised ZeroDivisionError"),
     ],
 )
-def test_check_per_head_previous_token_score_rejects_mistakes(capsys, wrong, message):
-    assert not check_per_head_previous_token_score(wrong)
+def test_check_q_composition_rejects_mistakes(capsys, wrong, message):
+    assert not check_q_composition(wrong)
     out = verdict(capsys)
-    assert out.startswith("✗ per_head_previous_token_score:") and message in out
+    assert out.startswith("✗ q_composition:") and message in out, out
 
 
 # induction_score --------------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 """Checkers for notebook 06 (heads that learn to specialise).
 
-- `check_per_head_previous_token_score(fn)`: fn(A (B, h, N, N)) -> (h,), the mean weight from
-  query i on key i - 1 over i >= 1 and over the batch;
+- `check_q_composition(fn)`: fn(W_QK, W_OV) -> one number, the Q-composition
+  ‖W_OV W_QK‖_F / (‖W_QK‖_F ‖W_OV‖_F) of a later head's QK circuit with an earlier head's OV
+  circuit, both (C, C) (the test matrices are random, of rank d < C, and not symmetric, so the
+  K-composition and the wrong orders give different numbers);
 - `check_induction_score(fn)`: fn(A (B, h, 2T, 2T), T) -> (h,), the mean weight from query i
   of the second copy (T <= i < 2T) on key i - T + 1, the token after the previous occurrence.
 
 The references are written in numpy here (tests check that they equal `mha_lib.circuits`),
-so this module does not import torch. The test weights are random rows that sum to 1, with
-N ≠ h ≠ B, so a wrong axis or a wrong diagonal gives a different number.
+so this module does not import torch. The induction test weights are random rows that sum to
+1, with N ≠ h ≠ B, so a wrong axis or a wrong diagonal gives a different number.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from ._base import as_array, checker, close, diagnose, run
 
-__all__ = ["check_induction_score", "check_per_head_previous_token_score"]
+__all__ = ["check_induction_score", "check_q_composition"]
 
 
 def _weights(seed: int, B: int, h: int, N: int) -> np.ndarray:
@@ -31,45 +33,65 @@ def _stripe(A: np.ndarray, offset: int) -> np.ndarray:
     return np.diagonal(A, offset=offset, axis1=-2, axis2=-1)
 
 
-# ---------------------------------------------------------------------------- previous token
+# ---------------------------------------------------------------------------- Q-composition
 
 
-def _previous_mistakes(A: np.ndarray) -> dict[str, np.ndarray]:
-    _, h, N, _ = A.shape
-    below = _stripe(A, -1)  # (B, h, N - 1)
+def _rank_d(rng: np.random.Generator, C: int, d: int) -> np.ndarray:
+    """A random (C, C) matrix of rank d, like a head's circuit W_Q W_Kᵀ or W_V W_O."""
+    return rng.standard_normal((C, d)) @ rng.standard_normal((d, C))
+
+
+def _fro(M: np.ndarray) -> float:
+    return float(np.linalg.norm(M))
+
+
+def _composition_mistakes(W_QK: np.ndarray, W_OV: np.ndarray) -> dict[str, np.ndarray]:
+    norms = _fro(W_QK) * _fro(W_OV)
     return {
-        "that is the diagonal A[i, i] (each token on itself); the previous token is key "
-        "i - 1, one below the diagonal": _stripe(A, 0).mean(axis=(0, 2)),
-        "that is the weight on the NEXT token, A[i, i + 1] (rows are queries, columns keys); "
-        "the previous token is A[i, i - 1]": _stripe(A, 1).mean(axis=(0, 2)),
-        "query 0 has no previous token: it wraps around to the last key (np.roll?); average "
-        "over i >= 1 only": (below.sum(axis=-1) + A[:, :, 0, -1]).mean(axis=0) / N,
-        "it divides by N instead of N - 1: only the N - 1 queries i >= 1 have a previous "
-        "token": below.sum(axis=-1).mean(axis=0) / N,
-        "it sums over the queries instead of averaging them": below.sum(axis=-1).mean(axis=0),
-        "it averages the heads together: return one score per head, (h,)": np.full(h, below.mean()),
-        "it takes the largest weight below the diagonal, not the mean": below.max(axis=-1).mean(
-            axis=0
+        "that is K-composition, ‖W_QK W_OVᵀ‖: the keys read the earlier head there. The "
+        "queries read it from the left, (x W_OV) W_QK: use ‖W_OV W_QK‖": np.array(
+            _fro(W_QK @ W_OV.T) / norms
         ),
-        "it averages the whole matrix (every row sums to 1, so that is 1/N), not the "
-        "stripe A[i, i - 1]": A.mean(axis=(0, 2, 3)),
+        "W_QK @ W_OV multiplies in the wrong order: what the earlier head writes, x W_OV, "
+        "enters the query from the left, so the matrix is W_OV @ W_QK": np.array(
+            _fro(W_QK @ W_OV) / norms
+        ),
+        "it is not normalised: divide ‖W_OV W_QK‖_F by ‖W_QK‖_F ‖W_OV‖_F": np.array(
+            _fro(W_OV @ W_QK)
+        ),
+        "it uses the spectral norm (ord=2, the largest singular value); the score uses "
+        "Frobenius norms, np.linalg.norm(M) with no ord": np.array(
+            np.linalg.norm(W_OV @ W_QK, 2) / (np.linalg.norm(W_QK, 2) * np.linalg.norm(W_OV, 2))
+        ),
+        "it squares the norms: use ‖W_OV W_QK‖_F / (‖W_QK‖_F ‖W_OV‖_F), no squares": np.array(
+            _fro(W_OV @ W_QK) ** 2 / norms**2
+        ),
+        "it adds the two norms in the denominator; multiply them": np.array(
+            _fro(W_OV @ W_QK) / (_fro(W_QK) + _fro(W_OV))
+        ),
+        "that is an element-wise product (*); composition is a matrix product (@)": np.array(
+            _fro(W_OV * W_QK) / norms
+        ),
+        "that is the cosine between the two matrices read as vectors; composition multiplies "
+        "them as matrices, W_OV @ W_QK": np.array(np.sum(W_OV * W_QK) / norms),
+        "it uses W_OV twice (that would be V-composition of a head with itself); the later "
+        "head's query side is W_QK": np.array(_fro(W_OV @ W_OV) / _fro(W_OV) ** 2),
     }
 
 
-@checker("per_head_previous_token_score")
-def check_per_head_previous_token_score(fn):
-    """Check fn(A (B, h, N, N)) -> (h,) = mean over b and i >= 1 of A[b, :, i, i - 1]."""
+@checker("q_composition")
+def check_q_composition(fn):
+    """Check fn(W_QK, W_OV) -> ‖W_OV W_QK‖_F / (‖W_QK‖_F ‖W_OV‖_F), both (C, C)."""
     problem = None
-    for seed, (B, h, N) in enumerate(((3, 2, 7), (1, 4, 5))):
-        A = _weights(seed, B, h, N)
-        expected = _stripe(A, -1).mean(axis=(0, 2))  # (h,)
-        result, problem = run(fn, A.copy())
+    for seed, (C, d) in enumerate(((7, 3), (10, 4))):
+        rng = np.random.default_rng(20 + seed)
+        W_QK, W_OV = _rank_d(rng, C, d), _rank_d(rng, C, d)
+        expected = np.array(_fro(W_OV @ W_QK) / (_fro(W_QK) * _fro(W_OV)))
+        result, problem = run(fn, W_QK.copy(), W_OV.copy())
         if problem is None:
-            got, problem = as_array(result, (h,))
-            if problem is not None and np.asarray(result, dtype=object).shape == (B, h):
-                problem = f"expected shape {(h,)}; got {(B, h)}: average over the batch too"
+            got, problem = as_array(result, (), "one number")
             if problem is None and not close(got, expected):
-                problem = diagnose(got, _previous_mistakes(A)) or "wrong values"
+                problem = diagnose(got, _composition_mistakes(W_QK, W_OV)) or "wrong value"
         if problem is not None:
             break
     return problem
