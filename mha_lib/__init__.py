@@ -18,12 +18,16 @@ Each piece is derived in a notebook first and then lives here:
 - `explore`: those heads on a sentence of your own, as figures and as a widget (notebook 05);
 - `toy_tasks`, `toy_models`, `training`, `circuits`: small tasks, attention-only models, a
   seeded training loop and head scores / QK and OV circuits (notebook 06; import torch);
+- `seed_sweep`, `formation`: the seed sweep behind notebook 06's claims, and the strips and
+  slider that show heads forming during training (notebook 06; import torch);
 - `conv`: a k×k convolution computed as multi-head self-attention with k² heads
   (notebook 07; imports torch, so import it explicitly);
 - `efficient`: KV cache, grouped-query attention, FlashAttention forward and
   backward in plain torch, the mask zoo (notebook 08; imports torch, so import
   it explicitly);
-- `bench`: the benchmarks, `python -m mha_lib.bench numpy|torch|efficient`.
+- `triton_attention`: FlashAttention as Triton kernels, forward and backward, run by
+  Triton's interpreter on a CPU (notebook 09; imports triton, so import it explicitly);
+- `bench`: the benchmarks, `python -m mha_lib.bench numpy|torch|efficient|triton`.
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.
 Masks are boolean everywhere in the numpy core, and True means "may attend".
