@@ -55,6 +55,17 @@ def _check_int_like(value, name: str, minimum: int) -> int:
     return check_int(int(value) if isinstance(value, np.integer) else value, name, minimum)
 
 
+def _check_chunk(n, m) -> None:
+    """n queries of a chunk against m keys: both positive integers, n <= m."""
+    _check_int_like(n, "n", 1)
+    _check_int_like(m, "m", 1)
+    if n > m:
+        raise ValueError(
+            f"n = {n} queries but only m = {m} keys; expected n <= m (the chunk's own keys "
+            "are in the cache)"
+        )
+
+
 def bottom_right_causal_mask(n: int, m: int) -> np.ndarray:
     """(n, m) causal mask for the LAST n of m tokens: query i sits at position m - n + i.
 
@@ -64,13 +75,7 @@ def bottom_right_causal_mask(n: int, m: int) -> np.ndarray:
     `np.tril(np.ones((n, m)))` (what SDPA's is_causal=True uses when n != m)
     would let query i see only keys 0 .. i: wrong for a chunk after a cache.
     """
-    _check_int_like(n, "n", 1)
-    _check_int_like(m, "m", 1)
-    if n > m:
-        raise ValueError(
-            f"n = {n} queries but only m = {m} keys; expected n <= m (the chunk's own keys "
-            "are in the cache)"
-        )
+    _check_chunk(n, m)
     return np.tril(np.ones((n, m), dtype=bool), k=m - n)  # (n, m)
 
 
@@ -150,13 +155,7 @@ def causal_mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tens
 
 def bottom_right_causal_mask_mod(n: int, m: int) -> Callable:
     """The mask_mod of `bottom_right_causal_mask(n, m)`: query q_idx sits at m - n + q_idx."""
-    _check_int_like(n, "n", 1)
-    _check_int_like(m, "m", 1)
-    if n > m:
-        raise ValueError(
-            f"n = {n} queries but only m = {m} keys; expected n <= m (the chunk's own keys "
-            "are in the cache)"
-        )
+    _check_chunk(n, m)
     offset = m - n
 
     def mask_mod(b, h, q_idx, kv_idx):
