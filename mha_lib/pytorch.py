@@ -52,72 +52,6 @@ from ._checks import check_int
 __all__ = ["MultiHeadAttention", "explicit_attention", "pick_device"]
 
 
-def pick_device() -> torch.device:
-    """The best available device: a CUDA GPU, else Apple's MPS, else the CPU.
-
-    The environment variable MHA_LIB_DEVICE overrides the choice ("cpu", "cuda", "cuda:1",
-    "mps"): the test command sets MHA_LIB_DEVICE=cpu, so that the notebooks' stored CPU
-    outputs are compared on the CPU even on a machine with a GPU. A device that is named
-    but not available is an error, not a silent fallback.
-    """
-    name = os.environ.get("MHA_LIB_DEVICE", "").strip()
-    if name:
-        return _named_device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def _named_device(name: str) -> torch.device:
-    """The device that MHA_LIB_DEVICE names, after checking that this machine has it."""
-    try:
-        device = torch.device(name)
-    except RuntimeError as exc:
-        raise ValueError(
-            f"MHA_LIB_DEVICE={name!r} is not a device name; expected 'cpu', 'cuda', "
-            "'cuda:<index>' or 'mps'"
-        ) from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no CUDA device here")
-    if device.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
-            raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no MPS device here")
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"MHA_LIB_DEVICE={name!r}: expected 'cpu', 'cuda' or 'mps'")
-    return device
-
-
-# ----------------------------------------------------------------------------
-# input checks (once, at the public boundary)
-
-
-def _check_float_tensor(x, name: str) -> None:
-    """Raise TypeError unless `x` is a floating-point tensor."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
-    if not torch.is_floating_point(x):
-        raise TypeError(f"{name} must be a floating-point tensor; got dtype {x.dtype}")
-
-
-def _additive_mask(mask, name: str, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """A boolean (True = may NOT attend) or float mask as a float mask to add to the scores."""
-    if not isinstance(mask, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor or None; got {type(mask).__name__}")
-    if mask.dtype == torch.bool:
-        mask = mask.to(device)
-        return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(mask, float("-inf"))
-    if not torch.is_floating_point(mask):
-        raise TypeError(
-            f"{name} must be bool (True = may NOT attend) or floating point (added to the "
-            f"scores); got dtype {mask.dtype}"
-        )
-    return mask.to(device=device, dtype=dtype)
-
-
 def _split_heads(x: Tensor, num_heads: int) -> Tensor:
     """(B, L, h*d) -> (B, h, L, d), a view: head i owns features i*d:(i+1)*d."""
     B, L, hd = x.shape
@@ -188,22 +122,7 @@ class MultiHeadAttention(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        check_int(embed_dim, "embed_dim")
-        check_int(num_heads, "num_heads")
-        if embed_dim % num_heads != 0:
-            raise ValueError(
-                f"embed_dim = {embed_dim} is not divisible by num_heads = {num_heads}; "
-                "expected embed_dim = num_heads * head_dim"
-            )
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
-            raise TypeError(f"dropout must be a float; got {type(dropout).__name__}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1); got {dropout}")
-        if add_bias_kv or add_zero_attn:
-            raise NotImplementedError(
-                "add_bias_kv and add_zero_attn are not supported by this module; "
-                "use torch.nn.MultiheadAttention for them"
-            )
+        _check_config(embed_dim, num_heads, dropout, add_bias_kv, add_zero_attn)
         self.embed_dim = embed_dim
         self.kdim = embed_dim if kdim is None else check_int(kdim, "kdim")
         self.vdim = embed_dim if vdim is None else check_int(vdim, "vdim")
@@ -258,54 +177,6 @@ class MultiHeadAttention(nn.Module):
         )
 
     # ------------------------------------------------------------------
-    # conversion to and from torch.nn.MultiheadAttention
-
-    @classmethod
-    def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A `MultiHeadAttention` with the configuration and a copy of the weights of `m`.
-
-        Works with the packed `in_proj_weight` and with separate
-        q/k/v_proj_weight (kdim/vdim); keeps m's device, dtype and train/eval mode.
-        """
-        if not isinstance(m, nn.MultiheadAttention):
-            raise TypeError(f"m must be a torch.nn.MultiheadAttention; got {type(m).__name__}")
-        if m.bias_k is not None or m.add_zero_attn:
-            raise NotImplementedError(
-                "m uses add_bias_kv or add_zero_attn, which this module does not support"
-            )
-        weight = m.out_proj.weight
-        new = cls(
-            m.embed_dim,
-            m.num_heads,
-            dropout=m.dropout,
-            bias=m.in_proj_bias is not None,
-            kdim=m.kdim,
-            vdim=m.vdim,
-            batch_first=m.batch_first,
-            device=weight.device,
-            dtype=weight.dtype,
-        )
-        new.load_state_dict(m.state_dict())  # same names and shapes: an exact copy
-        return new.train(m.training)
-
-    def to_torch(self) -> nn.MultiheadAttention:
-        """An `nn.MultiheadAttention` with this configuration and a copy of these weights."""
-        weight = self.out_proj.weight
-        m = nn.MultiheadAttention(
-            self.embed_dim,
-            self.num_heads,
-            dropout=self.dropout,
-            bias=self.in_proj_bias is not None,
-            kdim=self.kdim,
-            vdim=self.vdim,
-            batch_first=self.batch_first,
-            device=weight.device,
-            dtype=weight.dtype,
-        )
-        m.load_state_dict(self.state_dict())
-        return m.train(self.training)
-
-    # ------------------------------------------------------------------
     # forward pass
 
     def forward(
@@ -354,12 +225,11 @@ class MultiHeadAttention(nn.Module):
         value = key if value is None else value
         self_attention = query is key and key is value  # one packed projection
         kv_shared = key is value
-        query, key, value, batched = self._check_inputs(query, key, value)
-        B, L, _ = query.shape  # (B, L, E)
-        S = key.shape[1]  # (B, S, kdim)
-        kpm = self._check_key_padding_mask(key_padding_mask, B, S, batched, query)
-        am = self._check_attn_mask(attn_mask, B, L, S, batched, query)
-        hm = self._check_head_mask(head_mask, B, query)
+        # every check, in one place (`_check_forward`, below the class): masks become float
+        query, key, value, kpm, am, hm, batched = _check_forward(
+            self, query, key, value, key_padding_mask, attn_mask, head_mask
+        )  # (B, L, E), (B, S, kdim), (B, S, vdim); (B, 1, 1, S), (1|B, 1|h, L, S), (1|B, h, 1, 1)
+        L, S = query.shape[1], key.shape[1]
 
         q, k, v = self._project(query, key, value, self_attention, kv_shared)  # (B, h, ., d)
 
@@ -394,104 +264,6 @@ class MultiHeadAttention(nn.Module):
         elif not self.batch_first:
             out = out.transpose(0, 1)  # (L, B, E)
         return out, weights
-
-    def _check_inputs(self, query, key, value) -> tuple[Tensor, Tensor, Tensor, bool]:
-        """Validate query/key/value; return them as (B, L, E), (B, S, kdim), (B, S, vdim)."""
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            _check_float_tensor(x, name)
-        E, first = self.embed_dim, self.batch_first
-        batched_layout = "(B, L, E)" if first else "(L, B, E)"
-        if query.dim() not in (2, 3):
-            raise ValueError(
-                f"query has shape {tuple(query.shape)}; expected {batched_layout} or unbatched "
-                f"(L, E) with E = embed_dim = {E}"
-            )
-        batched = query.dim() == 3
-        for name, x, seq, width_name, width in (
-            ("query", query, "L", "E", E),
-            ("key", key, "S", "kdim", self.kdim),
-            ("value", value, "S", "vdim", self.vdim),
-        ):
-            if not batched:
-                expected = f"({seq}, {width_name})"
-            else:
-                expected = f"(B, {seq}, {width_name})" if first else f"({seq}, B, {width_name})"
-            if x.dim() != query.dim() or x.shape[-1] != width:
-                raise ValueError(
-                    f"{name} has shape {tuple(x.shape)}; expected {expected} with "
-                    f"{width_name} = {width} (query has shape {tuple(query.shape)})"
-                )
-            param = self.out_proj.weight
-            if x.dtype != param.dtype and not torch.is_autocast_enabled(x.device.type):
-                raise TypeError(
-                    f"{name} has dtype {x.dtype} but the module's parameters are {param.dtype}; "
-                    f"convert one of them, e.g. module.to({x.dtype})"
-                )
-        if not batched:
-            query, key, value = query[None], key[None], value[None]  # (1, L, E), ...
-        elif not first:
-            query, key, value = (x.transpose(0, 1) for x in (query, key, value))  # (B, L, E)
-        B, S = key.shape[0], key.shape[1]
-        if query.shape[0] != B:
-            raise ValueError(
-                f"key has batch size {B} but query has batch size {query.shape[0]}; "
-                "expected the same batch size B"
-            )
-        if value.shape[:2] != (B, S):
-            raise ValueError(
-                f"value has shape {tuple(value.shape)} (as (B, S, vdim)); expected "
-                f"(B, S, vdim) = ({B}, {S}, {self.vdim}) to match key"
-            )
-        return query, key, value, batched
-
-    def _check_key_padding_mask(self, mask, B, S, batched, query) -> Tensor | None:
-        """key_padding_mask (B, S) or (S,) -> float (B, 1, 1, S) to add to the scores."""
-        if mask is None:
-            return None
-        mask = _additive_mask(mask, "key_padding_mask", query.dtype, query.device)
-        expected = (B, S) if batched else (S,)
-        if tuple(mask.shape) != expected:
-            raise ValueError(
-                f"key_padding_mask has shape {tuple(mask.shape)}; expected "
-                f"{'(B, S)' if batched else '(S,)'} = {expected}"
-            )
-        return mask.view(B, 1, 1, S)  # (B, 1, 1, S): the same for every head and query
-
-    def _check_attn_mask(self, mask, B, L, S, batched, query) -> Tensor | None:
-        """attn_mask (L, S) or (B*h, L, S) -> float (1, 1, L, S) or (B, h, L, S)."""
-        if mask is None:
-            return None
-        mask = _additive_mask(mask, "attn_mask", query.dtype, query.device)
-        h = self.num_heads
-        if mask.dim() == 2 and tuple(mask.shape) == (L, S):
-            return mask[None, None]  # (1, 1, L, S)
-        if mask.dim() == 3 and tuple(mask.shape) == (B * h, L, S):
-            return mask.view(B, h, L, S)  # (B, h, L, S)
-        three_d = (
-            f"(B*h, L, S) = ({B * h}, {L}, {S})" if batched else f"(h, L, S) = ({h}, {L}, {S})"
-        )
-        raise ValueError(
-            f"attn_mask has shape {tuple(mask.shape)}; expected (L, S) = ({L}, {S}) or {three_d}"
-        )
-
-    def _check_head_mask(self, head_mask, B, query) -> Tensor | None:
-        """head_mask (h,) or (B, h), float -> (1|B, h, 1, 1) to multiply the heads with."""
-        if head_mask is None:
-            return None
-        h = self.num_heads
-        if not isinstance(head_mask, Tensor) or not torch.is_floating_point(head_mask):
-            got = head_mask.dtype if isinstance(head_mask, Tensor) else type(head_mask).__name__
-            raise TypeError(
-                f"head_mask must be a floating-point tensor (1 keeps a head, 0 removes it); "
-                f"got {got}"
-            )
-        if tuple(head_mask.shape) not in ((h,), (B, h)):
-            raise ValueError(
-                f"head_mask has shape {tuple(head_mask.shape)}; expected (h,) = ({h},) or "
-                f"(B, h) = ({B}, {h})"
-            )
-        head_mask = head_mask.to(device=query.device, dtype=query.dtype)
-        return head_mask.reshape(-1, h, 1, 1)  # (1|B, h, 1, 1)
 
     @staticmethod
     def _merge_masks(am: Tensor | None, kpm: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
@@ -538,3 +310,256 @@ class MultiHeadAttention(nn.Module):
         k = _split_heads(F.linear(key, w_k, b_k), h)  # (B, h, S, d)
         v = _split_heads(F.linear(value, w_v, b_v), h)  # (B, h, S, d)
         return q, k, v
+
+    # ------------------------------------------------------------------
+    # conversion to and from torch.nn.MultiheadAttention
+
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
+        """A `MultiHeadAttention` with the configuration and a copy of the weights of `m`.
+
+        Works with the packed `in_proj_weight` and with separate
+        q/k/v_proj_weight (kdim/vdim); keeps m's device, dtype and train/eval mode.
+        """
+        if not isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"m must be a torch.nn.MultiheadAttention; got {type(m).__name__}")
+        if m.bias_k is not None or m.add_zero_attn:
+            raise NotImplementedError(
+                "m uses add_bias_kv or add_zero_attn, which this module does not support"
+            )
+        weight = m.out_proj.weight
+        new = cls(
+            m.embed_dim,
+            m.num_heads,
+            dropout=m.dropout,
+            bias=m.in_proj_bias is not None,
+            kdim=m.kdim,
+            vdim=m.vdim,
+            batch_first=m.batch_first,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
+        new.load_state_dict(m.state_dict())  # same names and shapes: an exact copy
+        return new.train(m.training)
+
+    def to_torch(self) -> nn.MultiheadAttention:
+        """An `nn.MultiheadAttention` with this configuration and a copy of these weights."""
+        weight = self.out_proj.weight
+        m = nn.MultiheadAttention(
+            self.embed_dim,
+            self.num_heads,
+            dropout=self.dropout,
+            bias=self.in_proj_bias is not None,
+            kdim=self.kdim,
+            vdim=self.vdim,
+            batch_first=self.batch_first,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
+        m.load_state_dict(self.state_dict())
+        return m.train(self.training)
+
+
+# ----------------------------------------------------------------------------
+# input checks: everything `MultiHeadAttention` verifies, once, at its boundary.
+# Each message names the argument, the shape (or type) it got and what it needs.
+
+
+def _check_config(embed_dim, num_heads, dropout, add_bias_kv, add_zero_attn) -> None:
+    """The constructor's arguments: h divides E, dropout in [0, 1), no bias_kv / zero_attn."""
+    check_int(embed_dim, "embed_dim")
+    check_int(num_heads, "num_heads")
+    if embed_dim % num_heads != 0:
+        raise ValueError(
+            f"embed_dim = {embed_dim} is not divisible by num_heads = {num_heads}; "
+            "expected embed_dim = num_heads * head_dim"
+        )
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
+        raise TypeError(f"dropout must be a float; got {type(dropout).__name__}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must lie in [0, 1); got {dropout}")
+    if add_bias_kv or add_zero_attn:
+        raise NotImplementedError(
+            "add_bias_kv and add_zero_attn are not supported by this module; "
+            "use torch.nn.MultiheadAttention for them"
+        )
+
+
+def _check_forward(module, query, key, value, key_padding_mask, attn_mask, head_mask):
+    """All of `forward`'s checks; returns the inputs batch first and the masks as floats.
+
+    -> query (B, L, E), key (B, S, kdim), value (B, S, vdim), key_padding_mask as
+    (B, 1, 1, S) or None, attn_mask as (1, 1, L, S) or (B, h, L, S) or None,
+    head_mask as (1|B, h, 1, 1) or None, and whether the input was batched.
+    """
+    query, key, value, batched = _check_inputs(module, query, key, value)
+    B, L, _ = query.shape
+    S = key.shape[1]
+    h = module.num_heads
+    kpm = _check_key_padding_mask(key_padding_mask, B, S, batched, query)
+    am = _check_attn_mask(attn_mask, h, B, L, S, batched, query)
+    hm = _check_head_mask(head_mask, h, B, query)
+    return query, key, value, kpm, am, hm, batched
+
+
+def _check_inputs(module, query, key, value) -> tuple[Tensor, Tensor, Tensor, bool]:
+    """Validate query/key/value; return them as (B, L, E), (B, S, kdim), (B, S, vdim)."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        _check_float_tensor(x, name)
+    E, first = module.embed_dim, module.batch_first
+    batched_layout = "(B, L, E)" if first else "(L, B, E)"
+    if query.dim() not in (2, 3):
+        raise ValueError(
+            f"query has shape {tuple(query.shape)}; expected {batched_layout} or unbatched "
+            f"(L, E) with E = embed_dim = {E}"
+        )
+    batched = query.dim() == 3
+    for name, x, seq, width_name, width in (
+        ("query", query, "L", "E", E),
+        ("key", key, "S", "kdim", module.kdim),
+        ("value", value, "S", "vdim", module.vdim),
+    ):
+        if not batched:
+            expected = f"({seq}, {width_name})"
+        else:
+            expected = f"(B, {seq}, {width_name})" if first else f"({seq}, B, {width_name})"
+        if x.dim() != query.dim() or x.shape[-1] != width:
+            raise ValueError(
+                f"{name} has shape {tuple(x.shape)}; expected {expected} with "
+                f"{width_name} = {width} (query has shape {tuple(query.shape)})"
+            )
+        param = module.out_proj.weight
+        if x.dtype != param.dtype and not torch.is_autocast_enabled(x.device.type):
+            raise TypeError(
+                f"{name} has dtype {x.dtype} but the module's parameters are {param.dtype}; "
+                f"convert one of them, e.g. module.to({x.dtype})"
+            )
+    if not batched:
+        query, key, value = query[None], key[None], value[None]  # (1, L, E), ...
+    elif not first:
+        query, key, value = (x.transpose(0, 1) for x in (query, key, value))  # (B, L, E)
+    B, S = key.shape[0], key.shape[1]
+    if query.shape[0] != B:
+        raise ValueError(
+            f"key has batch size {B} but query has batch size {query.shape[0]}; "
+            "expected the same batch size B"
+        )
+    if value.shape[:2] != (B, S):
+        raise ValueError(
+            f"value has shape {tuple(value.shape)} (as (B, S, vdim)); expected "
+            f"(B, S, vdim) = ({B}, {S}, {module.vdim}) to match key"
+        )
+    return query, key, value, batched
+
+
+def _check_key_padding_mask(mask, B, S, batched, query) -> Tensor | None:
+    """key_padding_mask (B, S) or (S,) -> float (B, 1, 1, S) to add to the scores."""
+    if mask is None:
+        return None
+    mask = _additive_mask(mask, "key_padding_mask", query.dtype, query.device)
+    expected = (B, S) if batched else (S,)
+    if tuple(mask.shape) != expected:
+        raise ValueError(
+            f"key_padding_mask has shape {tuple(mask.shape)}; expected "
+            f"{'(B, S)' if batched else '(S,)'} = {expected}"
+        )
+    return mask.view(B, 1, 1, S)  # (B, 1, 1, S): the same for every head and query
+
+
+def _check_attn_mask(mask, h, B, L, S, batched, query) -> Tensor | None:
+    """attn_mask (L, S) or (B*h, L, S) -> float (1, 1, L, S) or (B, h, L, S)."""
+    if mask is None:
+        return None
+    mask = _additive_mask(mask, "attn_mask", query.dtype, query.device)
+    if mask.dim() == 2 and tuple(mask.shape) == (L, S):
+        return mask[None, None]  # (1, 1, L, S)
+    if mask.dim() == 3 and tuple(mask.shape) == (B * h, L, S):
+        return mask.view(B, h, L, S)  # (B, h, L, S)
+    three_d = f"(B*h, L, S) = ({B * h}, {L}, {S})" if batched else f"(h, L, S) = ({h}, {L}, {S})"
+    raise ValueError(
+        f"attn_mask has shape {tuple(mask.shape)}; expected (L, S) = ({L}, {S}) or {three_d}"
+    )
+
+
+def _check_head_mask(head_mask, h, B, query) -> Tensor | None:
+    """head_mask (h,) or (B, h), float -> (1|B, h, 1, 1) to multiply the heads with."""
+    if head_mask is None:
+        return None
+    if not isinstance(head_mask, Tensor) or not torch.is_floating_point(head_mask):
+        got = head_mask.dtype if isinstance(head_mask, Tensor) else type(head_mask).__name__
+        raise TypeError(
+            f"head_mask must be a floating-point tensor (1 keeps a head, 0 removes it); got {got}"
+        )
+    if tuple(head_mask.shape) not in ((h,), (B, h)):
+        raise ValueError(
+            f"head_mask has shape {tuple(head_mask.shape)}; expected (h,) = ({h},) or "
+            f"(B, h) = ({B}, {h})"
+        )
+    head_mask = head_mask.to(device=query.device, dtype=query.dtype)
+    return head_mask.reshape(-1, h, 1, 1)  # (1|B, h, 1, 1)
+
+
+def _check_float_tensor(x, name: str) -> None:
+    """Raise TypeError unless `x` is a floating-point tensor."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor; got {type(x).__name__}")
+    if not torch.is_floating_point(x):
+        raise TypeError(f"{name} must be a floating-point tensor; got dtype {x.dtype}")
+
+
+def _additive_mask(mask, name: str, dtype: torch.dtype, device: torch.device) -> Tensor:
+    """A boolean (True = may NOT attend) or float mask as a float mask to add to the scores."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None; got {type(mask).__name__}")
+    if mask.dtype == torch.bool:
+        mask = mask.to(device)
+        return torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(mask, float("-inf"))
+    if not torch.is_floating_point(mask):
+        raise TypeError(
+            f"{name} must be bool (True = may NOT attend) or floating point (added to the "
+            f"scores); got dtype {mask.dtype}"
+        )
+    return mask.to(device=device, dtype=dtype)
+
+
+# ----------------------------------------------------------------------------
+# the device the notebooks run on
+
+
+def pick_device() -> torch.device:
+    """The best available device: a CUDA GPU, else Apple's MPS, else the CPU.
+
+    The environment variable MHA_LIB_DEVICE overrides the choice ("cpu", "cuda", "cuda:1",
+    "mps"): the test command sets MHA_LIB_DEVICE=cpu, so that the notebooks' stored CPU
+    outputs are compared on the CPU even on a machine with a GPU. A device that is named
+    but not available is an error, not a silent fallback.
+    """
+    name = os.environ.get("MHA_LIB_DEVICE", "").strip()
+    if name:
+        return _named_device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _named_device(name: str) -> torch.device:
+    """The device that MHA_LIB_DEVICE names, after checking that this machine has it."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(
+            f"MHA_LIB_DEVICE={name!r} is not a device name; expected 'cpu', 'cuda', "
+            "'cuda:<index>' or 'mps'"
+        ) from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no CUDA device here")
+    if device.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no MPS device here")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"MHA_LIB_DEVICE={name!r}: expected 'cpu', 'cuda' or 'mps'")
+    return device

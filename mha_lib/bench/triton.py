@@ -25,7 +25,7 @@ import math
 import statistics
 import sys
 
-import mha_lib.triton_attention as ta  # first: it picks the interpreter before triton loads
+import mha_lib.efficient.triton_flash as ta  # first: it picks the interpreter before triton loads
 
 import torch  # isort: skip
 import torch.nn.functional as F  # isort: skip

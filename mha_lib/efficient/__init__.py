@@ -1,8 +1,11 @@
 """Efficient attention from scratch: KV cache, grouped-query attention, FlashAttention, masks.
 
-Derived in notebook 08. This package imports torch, so it is imported
-explicitly (`from mha_lib.efficient import flash_attention`); `import mha_lib`
-stays numpy-only.
+Derived in notebook 08 (and, for `triton_flash`, notebook 09). Read first: `kv_cache`
+(decoding one token at a time, about 100 lines), then `masks`, `gqa`, and `flash`, the
+tiled algorithm that `triton_flash` turns into GPU kernels. This package imports torch, so
+it is imported explicitly (`from mha_lib.efficient import flash_attention`); `import
+mha_lib` stays numpy-only. `triton_flash` imports triton and is never imported here
+(`import mha_lib.efficient.triton_flash as ta`).
 
 A module per idea:
 - `masks`: the mask zoo (causal, bottom-right causal for a chunk against a
@@ -17,7 +20,9 @@ A module per idea:
 - `flash`: FlashAttention forward and backward in plain torch (tiles over
   queries and keys, running max and sum, recomputed backward), with any
   mask of the zoo given as a `mask_mod`; tiles the mask blocks entirely are
-  skipped and counted (`TileStats`).
+  skipped and counted (`TileStats`);
+- `triton_flash`: the same forward and backward as Triton kernels, run by
+  Triton's interpreter on a CPU (notebook 09; imports triton).
 
 Notation: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v);
 h query heads, h_kv key/value heads, g = h / h_kv query heads per group.

@@ -124,7 +124,7 @@ def _as_number(result) -> tuple[float | None, str | None]:
 
 def check_previous_token_score(fn) -> bool:
     """Check fn(A (B, T, T), attention_mask (B, T)) -> the pooled previous-token score."""
-    from ..head_roles import previous_token_score
+    from ..pretrained.roles import previous_token_score
 
     name = "previous_token_score"
     problem = None
@@ -244,8 +244,8 @@ def _as_positions(result) -> tuple[list[int] | None, str | None]:
 
 def check_word_positions(fn) -> bool:
     """Check fn(sentence, offsets, word) -> token positions of word (a list of ints)."""
-    from ..head_roles import word_positions
-    from ..pretrained import tokenize
+    from ..pretrained.encoder import tokenize
+    from ..pretrained.roles import word_positions
 
     name = "word_positions"
     problem = None
@@ -283,7 +283,7 @@ MIN_CHANGE = 0.02  # a smaller move of the weight is too small to call a predict
 
 @lru_cache(maxsize=1)
 def _model():
-    from ..pretrained import load_minilm
+    from ..pretrained.encoder import load_minilm
 
     return load_minilm()
 
@@ -330,11 +330,11 @@ def _one_word_apart(a: list[str], b: list[str]) -> str | None:
 
 
 def _link_weight(sentence: str, layer: int, head: int, src: str, dst: str) -> float:
-    """The word-level weight (mean over pieces, `head_roles.word_attention`) from src to dst."""
+    """The word-level weight (mean over pieces, `roles.word_attention`) from src to dst."""
     import torch
 
-    from ..head_roles import word_attention, word_spans
-    from ..pretrained import tokenize
+    from ..pretrained.encoder import tokenize
+    from ..pretrained.roles import word_attention, word_spans
 
     batch = tokenize(sentence)
     with torch.no_grad():
@@ -347,7 +347,7 @@ def _link_weight(sentence: str, layer: int, head: int, src: str, dst: str) -> fl
 
 
 def _judge_pair(pair) -> str | Note | None:
-    from ..head_roles import words
+    from ..pretrained.roles import words
 
     if not isinstance(pair, dict):
         return f"expected a dict with the keys {', '.join(PAIR_KEYS)}; got {type(pair).__name__}"

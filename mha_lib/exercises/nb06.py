@@ -7,7 +7,7 @@
 - `check_induction_score(fn)`: fn(A (B, h, 2T, 2T), T) -> (h,), the mean weight from query i
   of the second copy (T <= i < 2T) on key i - T + 1, the token after the previous occurrence.
 
-The references are written in numpy here (tests check that they equal `mha_lib.circuits`),
+The references are written in numpy here (tests check that they equal `mha_lib.toy.circuits`),
 so this module does not import torch. The induction test weights are random rows that sum to
 1, with N ≠ h ≠ B, so a wrong axis or a wrong diagonal gives a different number.
 """

@@ -12,7 +12,7 @@
   over keys. The checker counts the tiles the bound makes a kernel visit, over
   every query block, and compares with the fewest that see every allowed key.
 
-This module imports torch and triton (through `mha_lib.triton_attention`, which
+This module imports torch and triton (through `mha_lib.efficient.triton_flash`, which
 chooses the interpreter on a machine without a GPU), so `mha_lib.exercises` does
 not import it: notebook 09 writes `from mha_lib.exercises.nb09 import ...`.
 """
@@ -24,7 +24,7 @@ import math
 import numpy as np
 import torch
 
-from .. import triton_attention as ta
+from ..efficient import triton_flash as ta
 from ._base import checker, run
 
 __all__ = ["check_causal_key_end", "check_logsumexp_kernel"]

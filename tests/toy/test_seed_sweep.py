@@ -1,5 +1,5 @@
 """The cached seed sweep of notebook 06 (`mha_lib/data/nb06_seed_sweep.json`) is what
-`python -m mha_lib.seed_sweep` makes: regenerated here, on this machine, and compared claim by
+`python -m mha_lib.toy.seed_sweep` makes: regenerated here, on this machine, and compared claim by
 claim. The sweep follows training trajectories, which differ slightly from processor to
 processor, so the comparison is of how many seeds each claim holds in, with a margin, never of
 the floats. This is the slowest test of notebook 06 (it trains 36 small models)."""
@@ -10,7 +10,14 @@ import math
 
 import pytest
 
-from mha_lib.seed_sweep import SEEDS, SWEEP_FILE, load_sweep, run_sweep, seed_table, sweep_claims
+from mha_lib.toy.seed_sweep import (
+    SEEDS,
+    SWEEP_FILE,
+    load_sweep,
+    run_sweep,
+    seed_table,
+    sweep_claims,
+)
 
 LN_V = math.log(32)
 
@@ -18,7 +25,7 @@ LN_V = math.log(32)
 def test_the_cached_sweep_has_every_seed_and_says_where_it_came_from():
     sweep = load_sweep()
     assert sweep["seeds"] == list(SEEDS) and len(SEEDS) >= 10
-    assert sweep["made by"] == "python -m mha_lib.seed_sweep"
+    assert sweep["made by"] == "python -m mha_lib.toy.seed_sweep"
     assert {"torch", "machine", "cpu capability"} <= set(sweep)
     for key in ("committee 4 heads", "committee 1 head", "induction"):
         assert len(sweep[key]) == len(SEEDS)

@@ -2,7 +2,7 @@
 
 Derived in notebook 09, from notebook 08's plain-torch loop (`mha_lib.efficient.flash`).
 This module imports torch and triton, so it is imported explicitly
-(`from mha_lib.triton_attention import ...`); `import mha_lib` stays numpy-only.
+(`from mha_lib.efficient.triton_flash import ...`); `import mha_lib` stays numpy-only.
 Triton ships wheels for Linux x86_64 only; elsewhere importing this module raises
 ImportError.
 
@@ -64,8 +64,9 @@ def _want_interpreter() -> bool:
 if _want_interpreter() and os.environ.get("TRITON_INTERPRET", "") in ("", "0"):
     if "triton" in sys.modules:  # its own helpers (tl.max, ...) were built for a GPU
         raise ImportError(
-            "triton was imported before mha_lib.triton_attention, without TRITON_INTERPRET=1, "
-            "on a machine that needs the interpreter: import mha_lib.triton_attention first, "
+            "triton was imported before mha_lib.efficient.triton_flash, without "
+            "TRITON_INTERPRET=1, on a machine that needs the interpreter: import "
+            "mha_lib.efficient.triton_flash first, "
             "or set TRITON_INTERPRET=1 in the environment"
         )
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported

@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .toy_models import AttentionOnly, Committee
-from .toy_tasks import IGNORE, relations_batch, repeated_block_batch
+from .models import AttentionOnly, Committee
+from .tasks import IGNORE, relations_batch, repeated_block_batch
 
 __all__ = [
     "COMMITTEE",

@@ -1,4 +1,4 @@
-"""Tests of `mha_lib.formation`: the strip and the slider draw the saved snapshot of the step
+"""Tests of `mha_lib.toy.formation`: the strip and the slider draw the saved snapshot of the step
 asked for, on the fixed 0-1 scale, and bad input is named."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from mha_lib.formation import draw_step, formation_explorer, formation_strip, nearest_steps
+from mha_lib.toy.formation import draw_step, formation_explorer, formation_strip, nearest_steps
 
 STEPS = [0, 10, 20, 30]
 NAMES = ["layer 0 head 0", "layer 1 head 1"]

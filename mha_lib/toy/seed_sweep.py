@@ -9,10 +9,10 @@ batches that no training saw. The whole sweep takes a few minutes on one CPU cor
 for a notebook, so the summary is cached in `SWEEP_FILE` (`mha_lib/data/nb06_seed_sweep.json`)
 and notebook 06 reads it with `load_sweep`.
 
-Where the file comes from: `python -m mha_lib.seed_sweep` regenerates it (it records the torch
+Where the file comes from: `python -m mha_lib.toy.seed_sweep` regenerates it (it records the torch
 version, the processor and the CPU kernel level it ran with). The numbers follow training
 trajectories, so another machine reproduces them closely, not bit for bit; the test that
-regenerates the sweep (`tests/test_seed_sweep.py`) therefore compares the claims notebook 06
+regenerates the sweep (`tests/toy/test_seed_sweep.py`) therefore compares the claims notebook 06
 makes (frequencies over seeds, bounds), with margins, not the floats.
 """
 
@@ -36,8 +36,8 @@ from .circuits import (
     qk_circuit,
     relation_scores,
 )
-from .toy_models import AttentionOnly, Committee
-from .toy_tasks import relation_positions, relations_batch
+from .models import AttentionOnly, Committee
+from .tasks import relation_positions, relations_batch
 from .training import INDUCTION, copy_losses, subtask_accuracy, train_committee, train_induction
 
 __all__ = [
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 SEEDS = tuple(range(12))
-SWEEP_FILE = Path(__file__).with_name("data") / "nb06_seed_sweep.json"
+SWEEP_FILE = Path(__file__).parents[1] / "data" / "nb06_seed_sweep.json"  # mha_lib/data/
 TEST_T = 10  # block length of the induction test batch
 
 
@@ -154,7 +154,7 @@ def run_sweep(seeds=SEEDS, verbose: bool = False) -> dict:
     """Train and summarise every model of notebook 06 for each seed; a JSON-ready dict."""
     committee_test, induction_test = committee_test_batch(), induction_test_batch()
     sweep = {
-        "made by": "python -m mha_lib.seed_sweep",
+        "made by": "python -m mha_lib.toy.seed_sweep",
         "torch": torch.__version__,
         "machine": platform.machine(),
         "cpu capability": torch.backends.cpu.get_cpu_capability(),

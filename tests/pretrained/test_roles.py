@@ -1,9 +1,10 @@
-"""`mha_lib.head_roles` and `mha_lib.role_sentences`: the scores of notebook 05."""
+"""`mha_lib.pretrained.roles` and `mha_lib.pretrained.sentences`: the scores of notebook 05."""
 
 import pytest
 import torch
 
-from mha_lib.head_roles import (
+from mha_lib.pretrained.encoder import load_minilm, tokenize
+from mha_lib.pretrained.roles import (
     NULL_NAMES,
     ablated,
     beats_nulls,
@@ -27,8 +28,7 @@ from mha_lib.head_roles import (
     word_spans,
     words,
 )
-from mha_lib.pretrained import load_minilm, tokenize
-from mha_lib.role_sentences import PAIRS, ROLES, MinimalPair, sentences, split
+from mha_lib.pretrained.sentences import PAIRS, ROLES, MinimalPair, sentences, split
 
 RUNNING = "The animal didn't cross the street because it was too tired."
 # every (role, reverse) the notebook scores

@@ -1,4 +1,4 @@
-"""`mha_lib.pretrained`: our encoder IS all-MiniLM-L6-v2, checked against Hugging Face's BertModel.
+"""`mha_lib.pretrained.encoder`: our encoder IS all-MiniLM-L6-v2, checked against BertModel.
 
 transformers is used here only, as the reference; the notebooks and mha_lib never import it.
 """
@@ -10,8 +10,8 @@ import shutil
 import pytest
 import torch
 
-from mha_lib import pretrained
-from mha_lib.pretrained import (
+from mha_lib.pretrained import encoder as pretrained
+from mha_lib.pretrained.encoder import (
     MODEL_SHA256,
     MiniLMEncoder,
     find_model_dir,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .pytorch import MultiHeadAttention
+from ..pytorch import MultiHeadAttention
 
 __all__ = [
     "composition_score",

@@ -1,11 +1,11 @@
-"""Tests of `mha_lib.toy_tasks`: shapes, the relations, the repeated block, seeding."""
+"""Tests of `mha_lib.toy.tasks`: shapes, the relations, the repeated block, seeding."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mha_lib.toy_tasks import (
+from mha_lib.toy.tasks import (
     IGNORE,
     relation_positions,
     relations_batch,

@@ -9,7 +9,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from mha_lib.triton_attention import causal_key_end  # noqa: E402
+from mha_lib.efficient.triton_flash import causal_key_end  # noqa: E402
 
 check_logsumexp_kernel = nb09.check_logsumexp_kernel
 check_causal_key_end = nb09.check_causal_key_end

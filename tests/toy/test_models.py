@@ -1,4 +1,4 @@
-"""Tests of `mha_lib.toy_models` and `mha_lib.training`: shapes, causality, ablation,
+"""Tests of `mha_lib.toy.models` and `mha_lib.toy.training`: shapes, causality, ablation,
 determinism of training, and short runs of the notebook's two trainings."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mha_lib.toy_models import AttentionOnly, Committee
-from mha_lib.toy_tasks import relations_batch, repeated_block_batch
-from mha_lib.training import (
+from mha_lib.toy.models import AttentionOnly, Committee
+from mha_lib.toy.tasks import relations_batch, repeated_block_batch
+from mha_lib.toy.training import (
     committee_loss,
     copy_losses,
     snapshot_steps,

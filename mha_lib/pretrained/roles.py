@@ -11,7 +11,7 @@ What it holds:
 - `null_patterns`, `null_heads`: heads with no role (uniform, fixed offsets
   -2, -1, +1, +2, always-[CLS]) to compare every role against;
 - `top_word`, `pair_scores`: whether a head's strongest word from the from-word
-  is the marked to-word, over minimal pairs (`role_sentences`);
+  is the marked to-word, over minimal pairs (`sentences`);
 - `wilson_interval`, `beats_nulls`: the held-out statistics of a role;
 - `offset_score`, `previous_token_score`, `next_token_score`: how much of its
   attention a head puts on the token just before / after each query;
@@ -39,10 +39,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from .pretrained import EncoderOutput, MiniLMEncoder, mean_pool
+from .encoder import EncoderOutput, MiniLMEncoder, mean_pool
 
 if TYPE_CHECKING:
-    from .role_sentences import MinimalPair
+    from .sentences import MinimalPair
 
 __all__ = [
     "NULL_NAMES",

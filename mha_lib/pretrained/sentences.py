@@ -17,7 +17,7 @@ differ so that the answer moves in a way a shortcut cannot follow:
 In every pair the to-word sits at a different distance (in words) from the
 from-word in the two sentences, or is a different word, so a head that attends
 at a fixed offset, evenly, or to [CLS] cannot get both sentences right, with one
-exception that `tests/test_head_roles.py` pins down: scored backwards (verb ->
+exception that `tests/pretrained/test_roles.py` pins down: scored backwards (verb ->
 "didn't"), a fixed offset of -2 tokens lands inside "didn't" (didn ' t) with or
 without the inserted adverb, so those pairs cannot tell that role from the shortcut.
 

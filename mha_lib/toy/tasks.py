@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._checks import check_int
+from .._checks import check_int
 
 __all__ = [
     "IGNORE",

@@ -15,7 +15,7 @@ attention module (`mha_lib.pytorch.MultiHeadAttention`) and the same scores:
   next to the null heads of notebook 05 (heads with no role);
 - `explorer()`: the same, as a small ipywidgets app (text boxes, selectors).
 
-Every score comes from `head_roles`: the word-piece rule (`word_attention`,
+Every score comes from `roles`: the word-piece rule (`word_attention`,
 pieces combined by their mean), the null heads (`null_heads`), the positional
 and [CLS] scores, and the link test of the minimal pairs (`pair_scores`). This
 module only runs the model, arranges the tokens and draws. Nothing is
@@ -38,7 +38,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .head_roles import (
+from ..plot import plot_attention, plot_heads
+from .encoder import MiniLMEncoder, load_minilm, tokenize
+from .roles import (
     NULL_NAMES,
     head_label,
     next_token_score,
@@ -50,9 +52,7 @@ from .head_roles import (
     word_attention,
     word_spans,
 )
-from .plot import plot_attention, plot_heads
-from .pretrained import MiniLMEncoder, load_minilm, tokenize
-from .role_sentences import Marked, MinimalPair
+from .sentences import Marked, MinimalPair
 
 __all__ = [
     "DEFAULT_SENTENCE",
@@ -147,7 +147,7 @@ def _check_head(r: Run, layer: int | None, head: int | None) -> None:
 def units(r: Run, words: bool = True) -> tuple[list[str], list[tuple[str, list[int]]]]:
     """The rows/columns to draw: (labels, spans), spans in `word_spans`' form.
 
-    words=True: every word of `head_roles.word_spans` (its pieces together),
+    words=True: every word of `roles.word_spans` (its pieces together),
     and each token that belongs to no word ([CLS], [SEP], punctuation) on its
     own, in sentence order; labels are the words as typed. words=False: one
     unit per token, labelled with the token.
@@ -204,7 +204,7 @@ def parse_link(link) -> tuple[str, ...]:
 
 
 def _link_margin(r: Run, A: Tensor, src: str, dst: str) -> Tensor:
-    """`head_roles.pair_scores` on one sentence: the word weight from src on dst minus the
+    """`roles.pair_scores` on one sentence: the word weight from src on dst minus the
     largest on any other word, for every head of A (..., N, N) -> (...). > TIE: dst is
     strictly the top word, the test notebook 05 applies to each sentence of a pair."""
     marked = Marked(r.sentence, src, dst)
@@ -275,7 +275,7 @@ def show_heads(
 ):
     """Draw one head (layer and head), one layer's 12 heads (layer only) or all 72 (neither).
 
-    words=True combines the pieces of a word (`head_roles.word_attention`, the
+    words=True combines the pieces of a word (`roles.word_attention`, the
     rule notebook 05 scores roles with); [CLS] and [SEP] keep their own row and
     column, labelled in red. Returns the Figure.
     """
@@ -503,9 +503,9 @@ def top_heads(
     role: "previous token", "next token", "[CLS]" (positional: the mean weight
     the words put there), or a link you mark on your sentence, "it -> animal"
     or ("it", "animal"): for each head the word weight from the first word on
-    the second minus the largest on any other word (`head_roles.pair_scores`;
+    the second minus the largest on any other word (`roles.pair_scores`;
     > 0 means the second word is the head's top word).
-    The null heads (`head_roles.null_heads`: uniform, offsets -2, -1, +1, +2,
+    The null heads (`roles.null_heads`: uniform, offsets -2, -1, +1, +2,
     always-[CLS]) are scored the same way on the same sentence.
     """
     r = sentence if isinstance(sentence, Run) else run(sentence, model)

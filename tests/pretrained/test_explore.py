@@ -1,6 +1,6 @@
-"""`mha_lib.explore`: the head explorer's functions and its widget's callbacks, in Python.
+"""`mha_lib.pretrained.explore`: the explorer's functions and its widget's callbacks, in Python.
 
-The same explorer in a real browser: tests/test_browser_explorer.py.
+The same explorer in a real browser: tests/pretrained/test_browser_explorer.py.
 """
 
 from pathlib import Path
@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha_lib import explore
-from mha_lib.head_roles import (
+from mha_lib.pretrained import explore
+from mha_lib.pretrained.encoder import load_minilm, tokenize
+from mha_lib.pretrained.roles import (
     NULL_NAMES,
     next_token_score,
     null_heads,
@@ -22,8 +23,7 @@ from mha_lib.head_roles import (
     word_attention,
     word_spans,
 )
-from mha_lib.pretrained import load_minilm, tokenize
-from mha_lib.role_sentences import PAIRS
+from mha_lib.pretrained.sentences import PAIRS
 
 S = explore.DEFAULT_SENTENCE
 WIDE = S.replace("tired", "wide")
@@ -102,7 +102,7 @@ def test_null_heads_are_the_baseline(r):
 def test_link_ranking_is_pair_scores_on_one_sentence(r):
     ranking = explore.top_heads(r, "it -> animal")
     assert ranking.role == "it -> animal"
-    # the same numbers from head_roles' own minimal-pair scorer, on a pair of 05
+    # the same numbers from roles' own minimal-pair scorer, on a pair of 05
     pair = next(p for p in PAIRS["coreference"] if p.a.sentence == S)
     _, margin = pair_scores(r.A[:, :, None], [S], [r.offsets], [type(pair)(
         "coreference", pair.a, pair.a, "same")])  # fmt: skip
@@ -172,7 +172,7 @@ def test_bad_input_is_named(model, call, error, message):
 def test_the_readme_example_runs(monkeypatch):
     """The README's explorer example, as written there (the widget needs ipywidgets)."""
     pytest.importorskip("ipywidgets")
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = text.split("## Explore the heads of a real model", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     printed = []

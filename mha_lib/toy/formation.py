@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import numpy as np
 
-from .plot import plot_attention
+from ..plot import plot_attention
 
 __all__ = ["draw_step", "formation_explorer", "formation_strip", "nearest_steps"]
 

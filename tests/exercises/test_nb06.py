@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from mha_lib.circuits import q_composition
 from mha_lib.exercises import check_induction_score, check_q_composition
 from mha_lib.exercises.nb06 import _composition_mistakes, _rank_d
+from mha_lib.toy.circuits import q_composition
 
 
 def verdict(capsys) -> str:
