@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -118,3 +119,24 @@ def test_efficient_benchmark_runs_on_tiny_sizes(tmp_path):
     assert all(r["computed_mib"] == r["measured_mib"] for r in numbers["gqa_memory"])
     assert "SDPA_peak_mib" in numbers["flash"][0]
     assert "recompute_step_peak_mib" in numbers["kv_cache"][1]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc: Linux only")
+def test_binder_walk_keeps_kernels_alive_and_adds_them_up(capsys):
+    """`python -m mha_lib.bench binder` on the two smallest notebooks: one row each, the running
+    total covers both live kernels, and the README table has a column per notebook."""
+    from mha_lib.bench import binder
+
+    root = Path(__file__).resolve().parents[1] / "notebooks"
+    paths = [root / "00_start_here.ipynb", root / "01_self_attention_without_weights.ipynb"]
+    assert main(["binder", *map(str, paths), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if "all live kernels" in line and "|" not in line]
+    assert [line.split()[0] for line in lines] == [p.name for p in paths]
+    totals = [float(line.split("all live kernels")[1].split()[0]) for line in lines]
+    kernels = [float(line.split("kernel")[1].split()[0]) for line in lines]
+    assert 20 < kernels[0] < 2000 and 20 < kernels[1] < 2000  # a Python kernel, plausibly sized
+    assert totals[0] == pytest.approx(kernels[0], abs=1)
+    assert totals[1] > max(kernels) + 10  # both kernels were alive when the second was measured
+    assert "| after | 00 | 01 |" in out and "| all live kernels, MB PSS |" in out
+    assert binder.markdown([]).startswith("| after |")

@@ -82,3 +82,37 @@ def test_triton_is_pinned_for_linux_x86_64_only_in_both_files():
     for path in (ROOT / "requirements.txt", ROOT / "binder" / "requirements.txt"):
         lines = [ln for ln in path.read_text().splitlines() if ln.startswith("triton==")]
         assert lines == [f"triton==3.7.1; {marker}"], path
+
+
+def test_closing_a_notebook_shuts_its_kernel_down():
+    """binder/overrides.json sets JupyterLab's own setting, by the name its schema defines,
+    and postBuild installs it where JupyterLab reads overrides."""
+    import json
+
+    overrides = json.loads((ROOT / "binder" / "overrides.json").read_text())
+    assert overrides == {"@jupyterlab/notebook-extension:tracker": {"kernelShutdown": True}}
+    schema_dir = Path(sys.prefix) / "share/jupyter/lab/schemas/@jupyterlab/notebook-extension"
+    if not schema_dir.is_dir():
+        pytest.skip("JupyterLab's schemas are not installed here")
+    schema = json.loads((schema_dir / "tracker.json").read_text())
+    assert schema["properties"]["kernelShutdown"]["type"] == "boolean"
+    post = (ROOT / "binder" / "postBuild").read_text()
+    assert 'share/jupyter/lab/settings/overrides.json"' in post
+    assert "cp binder/overrides.json" in post
+
+
+def test_the_server_culls_idle_kernels():
+    """binder/jupyter_server_config.json parses, is read by jupyter_server's own loader, and
+    culls kernels idle for the documented 15 minutes; postBuild installs it."""
+    import json
+
+    from jupyter_server.services.kernels.kernelmanager import MappingKernelManager
+    from traitlets.config import Config
+
+    config = json.loads((ROOT / "binder" / "jupyter_server_config.json").read_text())
+    manager = MappingKernelManager(config=Config(config))
+    assert manager.cull_idle_timeout == 900
+    assert "900 s (15 minutes)" in (ROOT / "binder" / "README.md").read_text()
+    assert manager.cull_interval == 60 and manager.cull_connected and not manager.cull_busy
+    post = (ROOT / "binder" / "postBuild").read_text()
+    assert 'cp binder/jupyter_server_config.json "$prefix/etc/jupyter/' in post

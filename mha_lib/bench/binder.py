@@ -1,0 +1,107 @@
+"""`python -m mha_lib.bench binder`: walk the series as a Binder learner does, kernels kept alive.
+
+JupyterLab keeps the kernel of every notebook a learner opened until it is shut down, and
+Binder gives the whole session 2 GB. This command opens the notebooks in order (all of
+`notebooks/` by default), runs each top to bottom in its own kernel, keeps every kernel alive,
+and after each notebook prints:
+- this kernel's PSS (proportional set size, the memory a container's limit counts: pages
+  shared between kernels are split between them) and its peak resident set size (VmHWM);
+- the PSS of all live kernels together (recomputed each time: sharing changes).
+Linux only (it reads /proc/<pid>/smaps_rollup and /proc/<pid>/status).
+
+    python -m mha_lib.bench binder [NOTEBOOK ...] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pss_mb(pid: int) -> float:
+    """The proportional set size of process `pid`, in MB (from /proc/<pid>/smaps_rollup)."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024  # kB -> MB
+    raise RuntimeError(f"no Pss line in /proc/{pid}/smaps_rollup")
+
+
+def peak_mb(pid: int) -> float:
+    """The peak resident set size of process `pid` (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM line in /proc/{pid}/status")
+
+
+def run_alive(path: Path, timeout: int = 600):
+    """Run notebook `path` top to bottom in a new kernel, and return its still-running manager."""
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(path.parent), env={**os.environ, "MHA_LIB_DEVICE": "cpu"})
+    client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False)
+    with client.setup_kernel():  # the kernel is ours (km given): it outlives the client
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+    return km
+
+
+def walk(paths: list[Path], out=print) -> list[dict]:
+    """Run each notebook in turn with every kernel kept alive; one row per notebook."""
+    rows, alive = [], []
+    try:
+        for path in paths:
+            km = run_alive(path)
+            alive.append(km)
+            pid = km.provisioner.pid
+            row = {
+                "notebook": path.name,
+                "kernel_mb": pss_mb(pid),
+                "peak_mb": peak_mb(pid),
+                "all_mb": sum(pss_mb(k.provisioner.pid) for k in alive),
+            }
+            rows.append(row)
+            out(
+                f"{row['notebook']:<45} kernel {row['kernel_mb']:6.0f} MB PSS  "
+                f"peak {row['peak_mb']:6.0f} MB  all live kernels {row['all_mb']:6.0f} MB"
+            )
+    finally:
+        for km in alive:
+            km.shutdown_kernel(now=True)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    """The README's table: one column per notebook."""
+    names = [r["notebook"][:2] for r in rows]
+    lines = [
+        "| after | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(rows),
+        "| this kernel, MB PSS | " + " | ".join(f"{r['kernel_mb']:.0f}" for r in rows) + " |",
+        "| its peak, MB RSS | " + " | ".join(f"{r['peak_mb']:.0f}" for r in rows) + " |",
+        "| all live kernels, MB PSS | " + " | ".join(f"{r['all_mb']:.0f}" for r in rows) + " |",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mha_lib.bench binder", description=__doc__)
+    parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
+    parser.add_argument("--markdown", action="store_true", help="also print the README table")
+    args = parser.parse_args(argv)
+    if not sys.platform.startswith("linux"):
+        print("python -m mha_lib.bench binder reads /proc: Linux only")
+        return 2
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    rows = walk([p.resolve() for p in paths])
+    if args.markdown:
+        print(markdown(rows))
+    return 0
