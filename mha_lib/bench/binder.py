@@ -10,6 +10,7 @@ and after each notebook prints:
 Linux only (it reads /proc/<pid>/smaps_rollup and /proc/<pid>/status).
 
     python -m mha_lib.bench binder [NOTEBOOK ...] [--markdown]
+    python -m mha_lib.bench binder NOTEBOOK --cells     # the kernel's PSS after every cell
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ def peak_mb(pid: int) -> float:
     raise RuntimeError(f"no VmHWM line in /proc/{pid}/status")
 
 
-def run_alive(path: Path, timeout: int = 600):
-    """Run notebook `path` top to bottom in a new kernel, and return its still-running manager."""
+def run_alive(path: Path, timeout: int = 600, per_cell=None):
+    """Run notebook `path` top to bottom in a new kernel, and return its still-running manager.
+
+    per_cell(index, pss_mb), if given, is called after each code cell: where the memory goes."""
     import nbformat
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
@@ -51,6 +54,8 @@ def run_alive(path: Path, timeout: int = 600):
     with client.setup_kernel():  # the kernel is ours (km given): it outlives the client
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)
+            if per_cell is not None and cell.cell_type == "code":
+                per_cell(index, pss_mb(km.provisioner.pid))
     return km
 
 
@@ -96,11 +101,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mha_lib.bench binder", description=__doc__)
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
     parser.add_argument("--markdown", action="store_true", help="also print the README table")
+    parser.add_argument(
+        "--cells", action="store_true", help="one notebook: its kernel's PSS after every cell"
+    )
     args = parser.parse_args(argv)
     if not sys.platform.startswith("linux"):
         print("python -m mha_lib.bench binder reads /proc: Linux only")
         return 2
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    if args.cells:
+        if len(paths) != 1:
+            print("--cells takes exactly one notebook")
+            return 2
+        km = run_alive(
+            paths[0].resolve(), per_cell=lambda i, mb: print(f"cell {i:>3}: {mb:6.0f} MB")
+        )
+        km.shutdown_kernel(now=True)
+        return 0
     rows = walk([p.resolve() for p in paths])
     if args.markdown:
         print(markdown(rows))
