@@ -197,7 +197,7 @@ def _attention_output(result, N: int, M: int, d_v: int, expected, weights):
     return (None, problem) if problem else as_array(arr, (N, d_v))
 
 
-def _attention_problem(fn, N: int, M: int, d_k: int, d_v: int, size: float, seed: int):
+def _attention_problem(fn, seed: int, N: int, M: int, d_k: int, d_v: int, size: float):
     """What is wrong with fn on seeded q (N, d_k) times `size`, k (M, d_k), v (M, d_v), or None."""
     rng = np.random.default_rng(seed)
     q = size * rng.normal(size=(N, d_k))  # (N, d_k)
@@ -240,17 +240,17 @@ def _attention_hints(fn, case: tuple) -> list[tuple[str, Callable[[], bool]]]:
     hints = [
         (
             "it is right when the scores are about 1 and wrong when they are about 1e3",
-            lambda: _attention_problem(fn, N, M, d_k, d_v, 1.0, seed + 10) is None,
+            lambda: _attention_problem(fn, seed + 10, N, M, d_k, d_v, 1.0) is None,
         ),
         (
             f"it is right with N = M = {N0} tokens and wrong with N = {N} queries, M = {M} "
             "keys: read N from q and M from k",
-            lambda: _attention_problem(fn, N0, M0, d_k, d_v, size, seed + 20) is None,
+            lambda: _attention_problem(fn, seed + 20, N0, M0, d_k, d_v, size) is None,
         ),
         (
             f"it is right with d_k = {d_k0}, d_v = {d_v0} and wrong with d_k = {d_k}, "
             f"d_v = {d_v}: read d_k = q.shape[-1] and d_v = v.shape[-1]",
-            lambda: _attention_problem(fn, N, M, d_k0, d_v0, size, seed + 30) is None,
+            lambda: _attention_problem(fn, seed + 30, N, M, d_k0, d_v0, size) is None,
         ),
     ]
     return hints if size > 1 else hints[1:]
@@ -263,7 +263,7 @@ def check_scaled_dot_product_attention(fn):
     Arrays are read by value: numpy, nested lists or torch tensors alike.
     """
     for i, case in enumerate(_ATTENTION_CASES):
-        problem = _attention_problem(fn, *case[1:], case[0])
+        problem = _attention_problem(fn, *case)
         if problem is not None and i > 0:  # an earlier case passed: say what differs, if shown
             problem = in_case(problem, *_attention_hints(fn, case))
         if problem is not None:
