@@ -136,12 +136,19 @@ def mismatch(result, expected, what: str) -> str:
     return f"wrong values: expected {what}"
 
 
-def in_case(problem: str | None, hint: str) -> str | None:
-    """Add what is special about this case to a problem that names no mistake (an error
-    only when it is about sizes, the usual sign of a size read from the wrong place)."""
-    if problem is None or not problem.startswith(GENERIC[:3]):
+def in_case(problem: str | None, *hints: tuple[str, Callable[[], bool]]) -> str | None:
+    """Add the hint of the case an answer failed in, only when the answer shows that mistake.
+
+    Each hint comes with `shown()`, the caller's test of the answer itself: typically, the
+    same answer passes a probe that differs from the failed case only in what the hint is about
+    (the number of heads, h·d_k = C, the size of the scores). The first hint whose test passes
+    is appended. A problem that already names a mistake keeps its message, and a generic one
+    ("wrong values", an error) whose answer shows none of the hinted mistakes stays generic,
+    rather than blaming a mistake that was not made.
+    """
+    if problem is None or not problem.startswith(GENERIC):
         return problem
-    sizes = ("shape", "size", "broadcast", "align", "mismatch", "dimension", "index")
-    if problem.startswith(GENERIC[0]) and not any(word in problem for word in sizes):
-        return problem
-    return f"{problem} [in the case with {hint}]"
+    for hint, shown in hints:
+        if shown():
+            return f"{problem} [{hint}]"
+    return problem

@@ -14,6 +14,7 @@ Answers may be numpy arrays, lists or torch tensors (see `_base`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -92,6 +93,12 @@ def _softmax_mistakes(x: np.ndarray) -> dict[str, np.ndarray]:
 def _softmax_case(fn, label: str, x: np.ndarray) -> str | None:
     """What is wrong with fn on one input x, or None."""
     raw, problem = run(fn, x, names=("x",))
+    if problem is not None and x.ndim > 1 and _lines_up_only_in_1d(fn, problem, x):
+        return (
+            f"it drops keepdims: on {label} the row maxima (or sums) have shape "
+            f"{x.shape[:-1]}, which does not line up with x {x.shape}; keep the reduced axis, "
+            "x.max(axis=-1, keepdims=True), so that they broadcast over their rows"
+        )
     if problem is not None:
         return problem
     if np.issubdtype(to_numpy(raw).dtype, np.integer):
@@ -110,6 +117,15 @@ def _softmax_case(fn, label: str, x: np.ndarray) -> str | None:
             "(exp(1e4) overflows, and a row of exp(-1e4) = 0 gives 0/0)"
         )
     return problem or mismatch(result, expected, f"softmax over the last axis for {label}")
+
+
+def _lines_up_only_in_1d(fn, problem: str, x: np.ndarray) -> bool:
+    """True when fn raised a size error on x but is right on one row of x: the sign of a
+    reduction without keepdims, whose result lines up with x only when x has one axis."""
+    sizes = ("broadcast", "must match", "shapes")
+    if not problem.startswith(GENERIC[0]) or not any(word in problem for word in sizes):
+        return False
+    return _softmax_case(fn, "one row", x.reshape(-1, x.shape[-1])[0]) is None
 
 
 @checker("softmax")
@@ -181,13 +197,63 @@ def _attention_output(result, N: int, M: int, d_v: int, expected, weights):
     return (None, problem) if problem else as_array(arr, (N, d_v))
 
 
-# (N, M, d_k, d_v, size of q, what is new): first N = M, so that transposed scores keep their
-# shape and can be recognised; then other sizes; then scores of about 1e3.
+def _attention_problem(fn, seed: int, N: int, M: int, d_k: int, d_v: int, size: float):
+    """What is wrong with fn on seeded q (N, d_k) times `size`, k (M, d_k), v (M, d_v), or None."""
+    rng = np.random.default_rng(seed)
+    q = size * rng.normal(size=(N, d_k))  # (N, d_k)
+    k = rng.normal(size=(M, d_k))  # (M, d_k)
+    v = rng.normal(size=(M, d_v))  # (M, d_v)
+    expected, weights = scaled_dot_product_attention(q, k, v)  # (N, d_v), (N, M)
+    result, problem = run(fn, q, k, v, names=("q", "k", "v"))
+    if problem is not None and ("mismatch" in problem or "not aligned" in problem) and N == M:
+        return (
+            "a matrix product's shapes do not line up: the scores are q @ k.T, "
+            "(N, d_k) @ (d_k, M) (did you forget to transpose k?)"
+        )
+    if problem is None:
+        result, problem = _attention_output(result, N, M, d_v, expected, weights)
+    if problem is None and not close(result, expected):
+        problem = diagnose(result, _attention_mistakes(q, k, v))
+        if problem is None and size > 1 and not np.all(np.isfinite(result)):
+            problem = (
+                "it returns inf or NaN when the scores are large (about 1e3): use a stable "
+                "softmax, which subtracts each row's maximum before exp"
+            )
+        problem = problem or mismatch(result, expected, "softmax(q @ k.T / √d_k) @ v")
+    return problem
+
+
+# (seed, N, M, d_k, d_v, size of q): first N = M, so that transposed scores keep their shape and
+# can be recognised; then N != M and other d_k, d_v; then d_k < d_v with scores of about 1e3.
 _ATTENTION_CASES = (
-    (5, 5, 4, 3, 1.0, ""),
-    (3, 6, 5, 2, 1.0, "N != M and other d_k, d_v: are the sizes read from q, k, v?"),
-    (4, 7, 3, 5, 1e3, "scores of about 1e3"),
+    (1, 5, 5, 4, 3, 1.0),
+    (2, 3, 6, 5, 2, 1.0),
+    (3, 4, 7, 3, 5, 1e3),
 )
+
+
+def _attention_hints(fn, case: tuple) -> list[tuple[str, Callable[[], bool]]]:
+    """The hints for a failed case, each with the test of the answer that shows it: the same
+    answer is right on a probe that changes only what the hint is about (see `in_case`)."""
+    seed, N, M, d_k, d_v, size = case
+    _, N0, M0, d_k0, d_v0, _ = _ATTENTION_CASES[0]
+    hints = [
+        (
+            "it is right when the scores are about 1 and wrong when they are about 1e3",
+            lambda: _attention_problem(fn, seed + 10, N, M, d_k, d_v, 1.0) is None,
+        ),
+        (
+            f"it is right with N = M = {N0} tokens and wrong with N = {N} queries, M = {M} "
+            "keys: read N from q and M from k",
+            lambda: _attention_problem(fn, seed + 20, N0, M0, d_k, d_v, size) is None,
+        ),
+        (
+            f"it is right with d_k = {d_k0}, d_v = {d_v0} and wrong with d_k = {d_k}, "
+            f"d_v = {d_v}: read d_k = q.shape[-1] and d_v = v.shape[-1]",
+            lambda: _attention_problem(fn, seed + 30, N, M, d_k0, d_v0, size) is None,
+        ),
+    ]
+    return hints if size > 1 else hints[1:]
 
 
 @checker("scaled dot-product attention")
@@ -196,30 +262,12 @@ def check_scaled_dot_product_attention(fn):
     v (M, d_v). fn may return the output (N, d_v) or a pair (output, weights).
     Arrays are read by value: numpy, nested lists or torch tensors alike.
     """
-    rng = np.random.default_rng(1)
-    for N, M, d_k, d_v, size, hint in _ATTENTION_CASES:
-        q = size * rng.normal(size=(N, d_k))  # (N, d_k)
-        k = rng.normal(size=(M, d_k))  # (M, d_k)
-        v = rng.normal(size=(M, d_v))  # (M, d_v)
-        expected, weights = scaled_dot_product_attention(q, k, v)  # (N, d_v), (N, M)
-        result, problem = run(fn, q, k, v, names=("q", "k", "v"))
-        if problem is not None and ("mismatch" in problem or "not aligned" in problem):
-            return (
-                "a matrix product's shapes do not line up: the scores are q @ k.T, "
-                "(N, d_k) @ (d_k, M) (did you forget to transpose k?)"
-            )
-        if problem is None:
-            result, problem = _attention_output(result, N, M, d_v, expected, weights)
-        if problem is None and not close(result, expected):
-            problem = diagnose(result, _attention_mistakes(q, k, v))
-            if problem is None and size > 1 and not np.all(np.isfinite(result)):
-                problem = (
-                    "it returns inf or NaN when the scores are large (about 1e3): use a stable "
-                    "softmax, which subtracts each row's maximum before exp"
-                )
-            problem = problem or mismatch(result, expected, "softmax(q @ k.T / √d_k) @ v")
+    for i, case in enumerate(_ATTENTION_CASES):
+        problem = _attention_problem(fn, *case)
+        if problem is not None and i > 0:  # an earlier case passed: say what differs, if shown
+            problem = in_case(problem, *_attention_hints(fn, case))
         if problem is not None:
-            return in_case(problem, hint) if hint else problem
+            return problem
     return None
 
 
@@ -236,6 +284,18 @@ def check_diagonal_counterexample(fn):
         return problem
     if X.ndim != 2:
         return f"expected a matrix X of shape (N, C); got shape {X.shape}"
+    problem = _counterexample_problem(X)
+    if problem is not None and _counterexample_problem(X.T) is None:
+        return (
+            f"X looks transposed: the rows are the tokens, (N, C), so your {X.shape} array is "
+            f"{X.shape[0]} tokens of {X.shape[1]} features; read the other way, "
+            f"{X.shape[1]} tokens of {X.shape[0]} features, it is a counterexample: return X.T"
+        )
+    return problem
+
+
+def _counterexample_problem(X: np.ndarray) -> str | None:
+    """What keeps the matrix X (N, C) from being a counterexample, or None."""
     if not np.all(np.isfinite(X)):
         return "X contains inf or NaN: use finite numbers"
     if X.shape[0] < 3:

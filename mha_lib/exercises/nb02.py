@@ -12,6 +12,8 @@ torch tensors (see `_base`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ..attention import scaled_dot_product_attention, softmax
@@ -151,12 +153,62 @@ def _shape_mistake(result, X, W_q, W_k, W_v) -> str | None:
     return None
 
 
-# (seed, N, C, d_k, d_v, size of W_q, what is new)
+def _head_problem(fn, seed: int, N: int, C: int, d_k: int, d_v: int, size: float) -> str | None:
+    """What is wrong with fn on one seeded case, or None."""
+    X, W_q, W_k, W_v = _random_inputs(seed, N, C, d_k, d_v, size)
+    expected, _ = scaled_dot_product_attention(X @ W_q, X @ W_k, X @ W_v)  # (N, d_v)
+    result, problem = run(fn, X, W_q, W_k, W_v, names=_NAMES)
+    if problem is None and isinstance(result, tuple):
+        return (
+            "it returns a tuple: return only the output (scaled_dot_product_attention "
+            "returns (output, weights))"
+        )
+    if problem is None:
+        result, problem = as_array(result, None)
+    if problem is None and result.shape != (N, d_v):
+        problem = _shape_mistake(result, X, W_q, W_k, W_v)
+        problem = problem or f"expected shape (N, d_v) = {(N, d_v)}; got {result.shape}"
+    if problem is None and not close(result, expected):
+        problem = diagnose(result, _attention_mistakes(X, W_q, W_k, W_v))
+        if problem is None and size > 1 and not np.all(np.isfinite(result)):
+            problem = (
+                "it returns inf or NaN when the scores are large (about 1e3): use "
+                "mha_lib.softmax, which subtracts each row's maximum"
+            )
+        problem = problem or mismatch(result, expected, "softmax(X W_q (X W_k)ᵀ / √d_k) X W_v")
+    return problem
+
+
+# (seed, N, C, d_k, d_v, size of W_q): sizes that all differ, then others, then scores of 1e3
 _HEAD_CASES = (
-    (22, 5, 6, 4, 3, 1.0, ""),
-    (23, 7, 5, 3, 2, 1.0, "other sizes: are N, C, d_k, d_v read from the arrays?"),
-    (24, 4, 3, 3, 2, 1e3, "scores of about 1e3"),
+    (22, 5, 6, 4, 3, 1.0),
+    (23, 7, 5, 3, 2, 1.0),
+    (24, 4, 3, 3, 2, 1e3),
 )
+
+
+def _head_hints(fn, case: tuple) -> list[tuple[str, Callable[[], bool]]]:
+    """The hints for a failed case, each with the test of the answer that shows it: the same
+    answer is right on a probe that changes only what the hint is about (see `in_case`)."""
+    seed, N, C, d_k, d_v, size = case
+    _, N0, C0, d_k0, d_v0, _ = _HEAD_CASES[0]
+    hints = [
+        (
+            "it is right when the scores are about 1 and wrong when they are about 1e3",
+            lambda: _head_problem(fn, seed + 10, N, C, d_k, d_v, 1.0) is None,
+        ),
+        (
+            f"it is right with d_k = {d_k0}, d_v = {d_v0} and wrong with d_k = {d_k}, "
+            f"d_v = {d_v}: read d_k = W_q.shape[1] and d_v = W_v.shape[1]",
+            lambda: _head_problem(fn, seed + 20, N, C, d_k0, d_v0, size) is None,
+        ),
+        (
+            f"it is right with N = {N0} tokens of C = {C0} features and wrong with N = {N}, "
+            f"C = {C}: read N and C from X.shape",
+            lambda: _head_problem(fn, seed + 30, N0, C0, d_k, d_v, size) is None,
+        ),
+    ]
+    return hints if size > 1 else hints[1:]
 
 
 @checker("attention_with_weights")
@@ -166,30 +218,12 @@ def check_attention_with_weights(fn):
     Only the output is asked for: a tuple (output, weights) is rejected with a hint.
     Arrays are read by value: numpy, nested lists or torch tensors alike.
     """
-    for seed, N, C, d_k, d_v, size, hint in _HEAD_CASES:
-        X, W_q, W_k, W_v = _random_inputs(seed, N, C, d_k, d_v, size)
-        expected, _ = scaled_dot_product_attention(X @ W_q, X @ W_k, X @ W_v)  # (N, d_v)
-        result, problem = run(fn, X, W_q, W_k, W_v, names=_NAMES)
-        if problem is None and isinstance(result, tuple):
-            return (
-                "it returns a tuple: return only the output (scaled_dot_product_attention "
-                "returns (output, weights))"
-            )
-        if problem is None:
-            result, problem = as_array(result, None)
-        if problem is None and result.shape != (N, d_v):
-            problem = _shape_mistake(result, X, W_q, W_k, W_v)
-            problem = problem or f"expected shape (N, d_v) = {(N, d_v)}; got {result.shape}"
-        if problem is None and not close(result, expected):
-            problem = diagnose(result, _attention_mistakes(X, W_q, W_k, W_v))
-            if problem is None and size > 1 and not np.all(np.isfinite(result)):
-                problem = (
-                    "it returns inf or NaN when the scores are large (about 1e3): use "
-                    "mha_lib.softmax, which subtracts each row's maximum"
-                )
-            problem = problem or mismatch(result, expected, "softmax(X W_q (X W_k)ᵀ / √d_k) X W_v")
+    for i, case in enumerate(_HEAD_CASES):
+        problem = _head_problem(fn, *case)
+        if problem is not None and i > 0:  # an earlier case passed: say what differs, if shown
+            problem = in_case(problem, *_head_hints(fn, case))
         if problem is not None:
-            return in_case(problem, hint) if hint else problem
+            return problem
     return None
 
 
@@ -232,6 +266,38 @@ def _next_token_weights(X_pos, W_q, W_k):
     return A[rows].argmax(axis=-1), A[rows, rows + 1]  # (N - 1,), (N - 1,)
 
 
+def _shift(block: np.ndarray) -> int | None:
+    """s when row i of a position block (N, d_k) peaks at column i + s wherever it is nonzero
+    (np.eye(N, k=s) times a number), else None."""
+    rows = np.flatnonzero(np.abs(block).max(axis=1) > 0)
+    if len(rows) == 0:
+        return None
+    shifts = set((np.abs(block[rows]).argmax(axis=1) - rows).tolist())
+    return shifts.pop() if len(shifts) == 1 else None
+
+
+def _previous_token_message(Q_pos: np.ndarray, K_pos: np.ndarray) -> str:
+    """Name what a learner did to get a previous-token head, from the position rows of W_q
+    and W_k (N, d_k): which side carries the shift, and which way it points."""
+    s_q, s_k = _shift(Q_pos), _shift(K_pos)
+    if s_q == 0 and s_k:
+        return (
+            f"this is a previous-token head: the keys carry the shift, np.eye(N, k={s_k}), so "
+            f"key j holds position j{s_k:+d} and query i finds key i{-s_k:+d}. On the key side "
+            f"the shift goes the other way, np.eye(N, k={-s_k}) (key j holds position j{-s_k:+d}"
+            "), or put np.eye(N, k=1) on the query side and np.eye(N) on the key side"
+        )
+    if s_k == 0 and s_q:
+        return (
+            f"this is a previous-token head: the queries carry np.eye(N, k={s_q}), so query i "
+            f"asks for position i{s_q:+d}; shift them the other way, np.eye(N, k={-s_q})"
+        )
+    return (
+        "this is a previous-token head: query i must match key i + 1, the query of position i "
+        "must equal the key of position i + 1"
+    )
+
+
 @checker("next_token_head")
 def check_next_token_head(fn):
     """Check fn(N, C) -> (W_q, W_k), each (C + N, d_k), for inputs X_pos = [X | I_N]:
@@ -250,10 +316,7 @@ def check_next_token_head(fn):
         best, on_next = _next_token_weights(X_pos, W_q, W_k)  # (N - 1,), (N - 1,)
         rows = np.arange(N - 1)  # the last token has no next token
         if np.array_equal(best[1:], rows[1:] - 1):
-            return (
-                "this is a previous-token head: query i must match key i + 1, so shift the "
-                "other way (np.eye(N, k=1) rather than k=-1)"
-            )
+            return _previous_token_message(W_q[C:], W_k[C:])
         if np.array_equal(best, rows):
             return "each token attends to itself: shift the query one position ahead"
         if not np.array_equal(best, rows + 1):

@@ -14,12 +14,13 @@ h·d_k != C. Answers may be numpy arrays or torch tensors (see `_base`).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from ..attention import softmax
 from ..multihead import merge_heads, multi_head_attention, split_heads
-from ._base import as_array, checker, close, diagnose, in_case, mismatch, run
+from ._base import GENERIC, as_array, checker, close, diagnose, in_case, mismatch, run
 
 __all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
 
@@ -233,6 +234,10 @@ def _mha_mistakes(X, W_q, W_k, W_v, W_o, h) -> dict[str, np.ndarray]:
         "directly), which scrambles tokens; transpose to (N, h, d_v) first": (
             heads.reshape(N, -1) @ W_o
         ),
+        "the heads meet the row blocks of W_o in reverse order: head i's output is "
+        "multiplied by the rows i*d_v:(i+1)*d_v of W_o (concatenate the heads in order)": (
+            heads[::-1].transpose(1, 0, 2).reshape(N, -1) @ W_o
+        ),
         "its scores are transposed (K Qᵀ instead of Q Kᵀ, or W_q and W_k swapped)": (
             _mha_variant(*args, swap=True)[1]
         ),
@@ -253,16 +258,53 @@ def _mha_case(seed: int, N: int, C: int, h: int, d_k: int, d_v: int):
     return X, W_q, W_k, W_v, W_o
 
 
-# (seed, N, C, h, d_k, d_v, what is special): h*d_v != C first, so a missing W_o shows in the
-# shape; then another number of heads; then h*d_k != C, so "d_k = C / h" fails.
-_READ_D = (
-    "read d_k = W_q.shape[1] // num_heads and d_v = W_v.shape[1] // num_heads, not C // num_heads"
-)
+# (seed, N, C, h, d_k, d_v): h·d_v != C first, so a missing W_o shows in the shape; then
+# another number of heads; then h·d_k != C and d_k != d_v, so "d_k = C / h" fails.
 _MHA_CASES = (
-    (3, 5, 6, 2, 3, 2, f"d_k = 3, d_v = 2, h·d_v = 4 != C = 6: {_READ_D}"),
-    (4, 4, 6, 3, 2, 2, "3 heads: do not hard-code the number of heads; use num_heads"),
-    (5, 3, 5, 2, 4, 3, f"C = 5, h·d_k = 8, h·d_v = 6: {_READ_D}"),
+    (3, 5, 6, 2, 3, 2),
+    (4, 4, 6, 3, 2, 2),
+    (5, 3, 5, 2, 4, 3),
 )
+_READ_D = "read d_k = W_q.shape[1] // num_heads and d_v = W_v.shape[1] // num_heads"
+
+
+def _mha_hints(fn, case: tuple) -> list[tuple[str, Callable[[], bool]]]:
+    """The hints for a failed case, each with the test of the answer that shows it: the same
+    answer is right on a probe that changes only what the hint is about (see `in_case`)."""
+    seed, N, C, h, d_k, d_v = case
+    hints = []
+    if h != 2:
+        hints.append(
+            (
+                f"it is right with 2 heads and wrong with {h}: do not hard-code the number of "
+                "heads; use num_heads",
+                lambda: _mha_problem(fn, seed + 10, N, C, 2, d_k, d_v) is None,
+            )
+        )
+    if C % h == 0 and (d_k, d_v) != (C // h, C // h):
+        hints.append(
+            (
+                f"it is right when d_k = d_v = C / h = {C // h} and wrong with d_k = {d_k}, "
+                f"d_v = {d_v}: {_READ_D}, not C // num_heads",
+                lambda: _mha_problem(fn, seed + 20, N, C, h, C // h, C // h) is None,
+            )
+        )
+    if h * d_k != C:
+        hints.append(
+            (
+                f"it is right when h·d_k = C and wrong with h·d_k = {h * d_k}, C = {C}: "
+                f"{_READ_D}, not from C",
+                lambda: _mha_problem(fn, seed + 30, N, h * d_k, h, d_k, d_v) is None,
+            )
+        )
+    if d_v != d_k:
+        hints.append(
+            (
+                f"it is right when d_v = d_k and wrong with d_k = {d_k}, d_v = {d_v}: {_READ_D}",
+                lambda: _mha_problem(fn, seed + 40, N, C, h, d_k, d_k) is None,
+            )
+        )
+    return hints
 
 
 def _mha_shape(shape: tuple, N: int, C: int, h: int, d_v: int) -> str | None:
@@ -285,6 +327,29 @@ def _mha_shape(shape: tuple, N: int, C: int, h: int, d_v: int) -> str | None:
     return None
 
 
+def _mha_problem(fn, seed: int, N: int, C: int, h: int, d_k: int, d_v: int, W_o_T=False):
+    """What is wrong with fn on one seeded case, or None. W_o_T: pass W_o transposed, (C, h·d_v),
+    to test an answer that multiplies by W_o.T."""
+    X, W_q, W_k, W_v, W_o = _mha_case(seed, N, C, h, d_k, d_v)
+    expected = multi_head_attention(X, W_q, W_k, W_v, W_o, h)  # (N, C)
+    args = (X, W_q, W_k, W_v, W_o.T.copy() if W_o_T else W_o, h)
+    result, problem = run(fn, *args, names=("X", "W_q", "W_k", "W_v", "W_o"))
+    if problem is None:
+        result, problem = as_array(result, None)
+    if problem is None and result.shape != (N, C):
+        problem = _mha_shape(result.shape, N, C, h, d_v) or (
+            f"expected shape (N, C) = {(N, C)}; got {result.shape}"
+        )
+    if problem is None and not close(result, expected):
+        problem = diagnose(result, _mha_mistakes(X, W_q, W_k, W_v, W_o, h)) or mismatch(
+            result,
+            expected,
+            "Concat(head_1, ..., head_h) W_o with head_i = softmax(X W_Q^i (X W_K^i)ᵀ / √d_k) "
+            "X W_V^i",
+        )
+    return _explain(problem)
+
+
 @checker("multi_head_attention")
 def check_multi_head_attention(fn):
     """Check a learner's multi_head_attention(X, W_q, W_k, W_v, W_o, num_heads) for one
@@ -292,23 +357,17 @@ def check_multi_head_attention(fn):
     Batched X is not part of the exercise and is not tried.
     Arrays are read by value: numpy, nested lists or torch tensors alike.
     """
-    for seed, N, C, h, d_k, d_v, hint in _MHA_CASES:
-        X, W_q, W_k, W_v, W_o = _mha_case(seed, N, C, h, d_k, d_v)
-        expected = multi_head_attention(X, W_q, W_k, W_v, W_o, h)  # (N, C)
-        result, problem = run(fn, X, W_q, W_k, W_v, W_o, h, names=("X", "W_q", "W_k", "W_v", "W_o"))
-        if problem is None:
-            result, problem = as_array(result, None)
-        if problem is None and result.shape != (N, C):
-            problem = _mha_shape(result.shape, N, C, h, d_v) or (
-                f"expected shape (N, C) = {(N, C)}; got {result.shape}"
-            )
-        if problem is None and not close(result, expected):
-            problem = diagnose(result, _mha_mistakes(X, W_q, W_k, W_v, W_o, h)) or mismatch(
-                result,
-                expected,
-                "Concat(head_1, ..., head_h) W_o with head_i = softmax(X W_Q^i (X W_K^i)ᵀ / √d_k) "
-                "X W_V^i",
-            )
+    for case in _MHA_CASES:
+        _, _, C, h, _, d_v = case
+        problem = _mha_problem(fn, *case)
+        if problem is not None and problem.startswith(GENERIC):
+            if _mha_problem(fn, *case, W_o_T=True) is None:
+                return (
+                    f"it multiplies by W_o.T: W_o has shape (h·d_v, C) = {(h * d_v, C)} and the "
+                    "output is Concat(heads) @ W_o (torch's Linear stores the transpose, "
+                    "(out, in); numpy's W_o does not)"
+                )
+            problem = in_case(problem, *_mha_hints(fn, case))
         if problem is not None:
-            return in_case(_explain(problem), hint)
+            return problem
     return None

@@ -5,7 +5,11 @@
 - `check_causal_attn_mask(fn)`: fn(L) -> the (L, L) causal `attn_mask` in
   `nn.MultiheadAttention`'s convention (True = may NOT attend);
 - `check_key_padding_mask(fn)`: fn(lengths, S) -> the (B, S) `key_padding_mask`
-  (True on the padding).
+  (True on the padding);
+- `check_attention_forward(fn)`: fn(x, in_proj_weight, out_proj_weight, num_heads) -> (B, N, E),
+  the module's forward pass for self-attention without biases or masks (SDPA or written out);
+- `check_pre_ln_block(fn)`: fn(x, blk) -> (B, N, E), one pre-LN block with causal
+  self-attention, from the parts of a `mha_lib.block.TransformerBlock`.
 
 One rule for every checker (see `_base`): the values are judged, not the container.
 Tensors pass on any device, with `requires_grad=True` or as an `nn.Parameter`. A numpy
@@ -14,18 +18,37 @@ needs a tensor (`torch.from_numpy`). A mask may be bool (True = may NOT attend) 
 float (added to the scores: 0 where allowed, -inf or a very negative number where
 blocked); an integer mask is rejected, as `nn.MultiheadAttention` rejects it.
 
-It reads tensors without importing torch; like the rest of the PyTorch notebook's code
-it is not part of `mha_lib.exercises`'s namespace: notebooks write
-`from mha_lib.exercises.nb04 import ...`.
+The first three read tensors without importing torch; the last two hand the learner torch
+tensors and a torch block, so they import torch (and `mha_lib.block`) when they run. Like the
+rest of the PyTorch notebook's code this module is not part of `mha_lib.exercises`'s namespace:
+notebooks write `from mha_lib.exercises.nb04 import ...`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._base import Note, as_array, checker, close, is_tensor, run, to_numpy
+from ._base import (
+    GENERIC,
+    Note,
+    as_array,
+    checker,
+    close,
+    diagnose,
+    in_case,
+    is_tensor,
+    mismatch,
+    run,
+    to_numpy,
+)
 
-__all__ = ["check_causal_attn_mask", "check_key_padding_mask", "check_numpy_to_torch"]
+__all__ = [
+    "check_attention_forward",
+    "check_causal_attn_mask",
+    "check_key_padding_mask",
+    "check_numpy_to_torch",
+    "check_pre_ln_block",
+]
 
 _NOT_A_TENSOR = "{} not a tensor; nn.MultiheadAttention needs one: torch.as_tensor(...)"
 
@@ -251,6 +274,311 @@ def check_key_padding_mask(fn):
                     "wrong entries: row b must be True exactly at positions >= lengths[b]": None,
                 },
             )
+        if problem is not None and not isinstance(problem, Note):
+            return problem
+    return problem
+
+
+# ---------------------------------------------------------------------------- the forward pass
+
+# (seed, B, N, E, h): d = E / h = 3, then 4 with three heads, then 2 with four
+_FORWARD_CASES = ((10, 2, 5, 6, 2), (11, 3, 4, 12, 3), (12, 1, 7, 8, 4))
+_FORWARD = "SDPA of the heads of x @ in_proj_weight.T, merged, times out_proj_weight.T"
+_NOT_A_TENSOR_OUT = (
+    "the output is a numpy array; a module's forward returns a tensor, which autograd can follow"
+)
+
+
+def _forward_inputs(seed: int, B: int, N: int, E: int):
+    """Seeded x (B, N, E), in_proj_weight (3E, E), out_proj_weight (E, E), as numpy float64."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((B, N, E))  # (B, N, E)
+    in_proj = rng.standard_normal((3 * E, E)) / np.sqrt(E)  # (3E, E): [W_q; W_k; W_v], (out, in)
+    out_proj = rng.standard_normal((E, E)) / np.sqrt(E)  # (E, E): W_o.T
+    return x, in_proj, out_proj
+
+
+def _forward_variant(
+    x,
+    in_proj,
+    out_proj,
+    h,
+    order=(0, 1, 2),
+    transpose_in=True,
+    transpose_out=True,
+    split="blocks",
+    merge="right",
+    scale=None,
+    causal=False,
+    project_out=True,
+):
+    """The forward pass in numpy with one switch flipped (the defaults give the right one)."""
+    from ..attention import softmax
+
+    B, N, E = x.shape
+    d = E // h
+    blocks = np.split(in_proj, 3)  # 3 x (E, E), each (out, in)
+    q, k, v = (x @ (blocks[i].T if transpose_in else blocks[i]) for i in order)  # (B, N, E)
+
+    def heads(t):  # (B, N, E) -> (B, h, N, d)
+        if split == "no transpose":
+            return t.reshape(B, h, N, d)
+        if split == "interleaved":
+            return t.reshape(B, N, d, h).transpose(0, 3, 1, 2)
+        return t.reshape(B, N, h, d).transpose(0, 2, 1, 3)
+
+    q, k, v = heads(q), heads(k), heads(v)
+    scores = q @ k.swapaxes(-1, -2) / (np.sqrt(d) if scale is None else scale)  # (B, h, N, N)
+    if causal:
+        scores = np.where(np.tril(np.ones((N, N), dtype=bool)), scores, -np.inf)
+    out = softmax(scores) @ v  # (B, h, N, d)
+    if merge == "no transpose":
+        concat = out.reshape(B, N, E)
+    else:
+        concat = out.transpose(0, 2, 1, 3).reshape(B, N, E)  # (B, N, h*d)
+    if not project_out:
+        return concat
+    return concat @ (out_proj.T if transpose_out else out_proj)  # (B, N, E)
+
+
+def _forward_mistakes(x, in_proj, out_proj, h) -> dict[str, np.ndarray]:
+    """The outputs of the usual wrong forward passes, keyed by what is wrong."""
+    E = x.shape[-1]
+    args = (x, in_proj, out_proj, h)
+    mistakes = {
+        "it multiplies by the weights as they are stored: torch keeps them as (out, in), so "
+        "every projection is x @ W.T (F.linear(x, W)), in_proj_weight's blocks and "
+        "out_proj_weight alike": _forward_variant(*args, transpose_in=False, transpose_out=False),
+        "the input projections are not transposed: q = x @ in_proj_weight[:E].T (torch stores "
+        "(out, in)), and the same for k and v": _forward_variant(*args, transpose_in=False),
+        "out_proj_weight is not transposed: the output is concat @ out_proj_weight.T (torch "
+        "stores (out, in))": _forward_variant(*args, transpose_out=False),
+        "the output projection is missing: multiply the merged heads by out_proj_weight.T": (
+            _forward_variant(*args, project_out=False)
+        ),
+        "it splits the heads with view(B, h, N, d), which scrambles tokens: view(B, N, h, d), "
+        "then transpose(1, 2)": _forward_variant(*args, split="no transpose"),
+        "it takes each head's features interleaved (view(B, N, d, h)); head i owns the block "
+        "i*d:(i+1)*d, so view(B, N, h, d)": _forward_variant(*args, split="interleaved"),
+        "it merges the heads with reshape(B, N, E) straight from (B, h, N, d), which scrambles "
+        "tokens: transpose(1, 2) first": _forward_variant(*args, merge="no transpose"),
+        "it divides the scores by √E, the model width; each head uses √d with d = E / h "
+        "(SDPA's default scale)": _forward_variant(*args, scale=np.sqrt(E)),
+        "the scores are not divided by √d (scale=1 in SDPA?): leave SDPA's default scale, "
+        "1/√d": _forward_variant(*args, scale=1.0),
+        "it is causal (is_causal=True or a mask): this forward pass has no mask, every token "
+        "sees every token": _forward_variant(*args, causal=True),
+    }
+    names = ("q", "k", "v")
+    for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)):
+        took = ", ".join(f"{n} from block {i}" for n, i in zip(names, order))
+        mistakes[
+            f"the blocks of in_proj_weight are taken in the wrong order ({took}): rows 0:E hold "
+            "W_q, E:2E W_k and 2E:3E W_v (in_proj_weight.chunk(3) gives them in that order)"
+        ] = _forward_variant(*args, order=order)
+    return mistakes
+
+
+def _forward_problem(
+    fn, seed: int, B: int, N: int, E: int, h: int, transposed: tuple[bool, bool] = (False, False)
+) -> str | None:
+    """What is wrong with fn on one seeded case, a Note for a numpy answer, or None.
+
+    transposed: hand fn in_proj_weight.T and/or out_proj_weight.T instead, to test an answer
+    that uses the weights as they are stored."""
+    import torch
+
+    x, in_proj, out_proj = _forward_inputs(seed, B, N, E)
+    expected = _forward_variant(x, in_proj, out_proj, h)  # (B, N, E)
+    given = (x, in_proj.T if transposed[0] else in_proj, out_proj.T if transposed[1] else out_proj)
+    tensors = [torch.from_numpy(a.copy()) for a in given]
+    result, problem = run(fn, *tensors, h, names=("x", "in_proj_weight", "out_proj_weight"))
+    if problem is None and isinstance(result, (tuple, list)) and len(result) == 2:
+        result = result[0]  # a module's (output, weights) pair
+    raw = result
+    if problem is None:
+        result, problem = as_array(result, None)
+    if problem is None and result.shape != (B, N, E):
+        if result.shape == (B, h, N, E // h):
+            return (
+                f"it returns the heads, (B, h, N, d) = {result.shape}: merge them, "
+                "transpose(1, 2).reshape(B, N, E), and apply out_proj_weight"
+            )
+        problem = f"expected shape (B, N, E) = {(B, N, E)}; got {result.shape}"
+    if problem is None and not close(result, expected):
+        problem = diagnose(result, _forward_mistakes(x, in_proj, out_proj, h)) or mismatch(
+            result, expected, _FORWARD
+        )
+    if problem is None and not is_tensor(raw):
+        return Note(_NOT_A_TENSOR_OUT)
+    return problem
+
+
+def _stored_layout(fn, seed: int, B: int, N: int, E: int, h: int) -> str | None:
+    """Name an answer that uses torch's (out, in) weights as numpy's (in, out): it is right
+    when handed the transposed weights. None if it is not."""
+    messages = {
+        (True, True): (
+            f"it multiplies by the weights as they are stored: in_proj_weight is "
+            f"(3E, E) = {(3 * E, E)} and out_proj_weight (E, E), both (out, in), so every "
+            "projection is x @ W.T (F.linear(x, W))"
+        ),
+        (True, False): (
+            f"it multiplies by in_proj_weight as it is stored, (3E, E) = {(3 * E, E)}, (out, in): "
+            "the packed projection is x @ in_proj_weight.T (F.linear(x, in_proj_weight))"
+        ),
+        (False, True): (
+            "it multiplies by out_proj_weight as it is stored, (out, in): the output is "
+            "concat @ out_proj_weight.T"
+        ),
+    }
+    for transposed, message in messages.items():
+        probe = _forward_problem(fn, seed, B, N, E, h, transposed)
+        if probe is None or isinstance(probe, Note):
+            return message
+    return None
+
+
+@checker("attention_forward")
+def check_attention_forward(fn):
+    """Check fn(x, in_proj_weight, out_proj_weight, num_heads) -> (B, N, E): the forward pass of
+    `MultiHeadAttention` for self-attention without biases or masks, weights in torch's
+    (out, in) layout, float64 tensors in. An (output, weights) pair is read for its output; a
+    numpy array passes with a note.
+    """
+    problem = None
+    for seed, B, N, E, h in _FORWARD_CASES:
+        problem = _forward_problem(fn, seed, B, N, E, h)
+        if problem is not None and problem.startswith(GENERIC):
+            problem = _stored_layout(fn, seed, B, N, E, h) or problem
+        if problem is not None and not isinstance(problem, Note) and h != 2:
+            hint = (
+                f"it is right with 2 heads and wrong with {h}: do not hard-code the number of "
+                "heads; use num_heads (d = E // num_heads)"
+            )
+            probe = _forward_problem(fn, seed + 10, B, N, E, 2)  # the same sizes, 2 heads
+            problem = in_case(problem, (hint, lambda: probe is None or isinstance(probe, Note)))
+        if problem is not None and not isinstance(problem, Note):
+            return problem
+    return problem
+
+
+# ---------------------------------------------------------------------------- the block
+
+# (seed, B, N, E, h, F): E = 8 with 2 heads, then E = 12 with 3 heads, F = 2E
+_BLOCK_CASES = ((20, 2, 5, 8, 2, 16), (21, 3, 6, 12, 3, 24))
+
+
+def _block_inputs(seed: int, B: int, N: int, E: int, h: int, F_: int):
+    """A seeded pre-LN TransformerBlock (float64, eval, dropout 0, random biases and LayerNorm
+    parameters, so that every part shows) and x (B, N, E)."""
+    import torch
+
+    from ..block import TransformerBlock
+
+    gen = torch.Generator().manual_seed(seed)
+    blk = TransformerBlock(E, h, F_, dropout=0.0, norm_first=True, dtype=torch.float64).eval()
+    with torch.no_grad():
+        for name, param in blk.named_parameters():
+            scale = 1.0 if ("norm" in name or name.endswith("bias")) else 1 / np.sqrt(E)
+            base = 1.0 if name.startswith("norm") and name.endswith("weight") else 0.0
+            param.copy_(base + scale * torch.randn(param.shape, generator=gen, dtype=param.dtype))
+    x = 2 * torch.randn(B, N, E, generator=gen, dtype=torch.float64) + 1  # (B, N, E)
+    return x, blk
+
+
+def _block_mistakes(x, blk) -> dict[str, np.ndarray]:
+    """The outputs of the usual wrong pre-LN causal blocks, keyed by what is wrong."""
+    import torch
+    import torch.nn.functional as F
+
+    N = x.shape[1]
+    n1, n2 = blk.norm1, blk.norm2
+    inverted = torch.ones(N, N, dtype=torch.bool).tril()  # the numpy core's causal mask
+
+    def attend(t, causal=True, mask=None):
+        return blk.self_attn(t, is_causal=causal and mask is None, attn_mask=mask)[0]
+
+    def ff(t, act=True):
+        hidden = blk.linear1(t)  # (B, N, F)
+        return blk.linear2(F.relu(hidden) if act else hidden)  # (B, N, E)
+
+    with torch.no_grad():
+        x1 = x + attend(n1(x))  # the right first half
+        post = n1(x + attend(x))
+        added_norm = n1(x) + attend(n1(x))  # each residual adds the normalised input
+        outputs = {
+            "there is no causal mask: token i sees the tokens after it; pass is_causal=True to "
+            "the attention (or attn_mask = the (N, N) mask, True above the diagonal)": (
+                (lambda y: y + ff(n2(y)))(x + attend(n1(x), causal=False))
+            ),
+            "the causal mask is inverted: True on and below the diagonal is the numpy core's "
+            "convention (True = may attend); the module blocks where the mask is True, so use "
+            "triu(diagonal=1) or is_causal=True": (
+                (lambda y: y + ff(n2(y)))(x + attend(n1(x), mask=inverted))
+            ),
+            "this is a post-LN block (norm1(x + attn(x)), the original Transformer's order); "
+            "pre-LN normalises what enters each sublayer and adds the sublayer's output to x "
+            "as it is: x + attn(norm1(x))": n2(post + ff(post)),
+            "the residuals add the normalised input, norm1(x) + attn(norm1(x)): the residual "
+            "path carries x itself, x + attn(norm1(x)), and x + ff(norm2(x))": (
+                n2(added_norm) + ff(n2(added_norm))
+            ),
+            "the residual around attention is missing: x + attn(norm1(x)), not attn(norm1(x))": (
+                (lambda y: y + ff(n2(y)))(attend(n1(x)))
+            ),
+            "the residual around the feed-forward network is missing: x + ff(norm2(x))": (
+                ff(n2(x1))
+            ),
+            "it uses norm1 for both sublayers: the feed-forward network reads norm2(x)": (
+                x1 + ff(n1(x1))
+            ),
+            "the feed-forward network has no activation: linear2(relu(linear1(t)))": (
+                x1 + ff(n2(x1), act=False)
+            ),
+            "the feed-forward network reads the block's input, not x after attention (a "
+            "parallel block): x = x + attn(norm1(x)), then x + ff(norm2(x)) with the new x": (
+                x1 + ff(n2(x))
+            ),
+            "the sublayers are in the wrong order: attention first, then the feed-forward "
+            "network": (lambda y: y + attend(n1(y)))(x + ff(n2(x))),
+        }
+    return {message: out.numpy() for message, out in outputs.items()}
+
+
+def _block_problem(fn, case: tuple) -> str | None:
+    """What is wrong with fn on one seeded block, a Note for a numpy answer, or None."""
+    import torch
+
+    _, B, N, E, _, _ = case
+    x, blk = _block_inputs(*case)
+    with torch.no_grad():
+        expected = blk(x, is_causal=True)[0].numpy()  # (B, N, E)
+    result, problem = run(fn, x.clone(), blk, names=("x",))
+    if problem is None and isinstance(result, (tuple, list)) and len(result) == 2:
+        result = result[0]  # the block's own (output, weights) pair
+    raw = result
+    if problem is None:
+        result, problem = as_array(result, (B, N, E), "a tensor (B, N, E)")
+    if problem is None and not close(result, expected):
+        problem = diagnose(result, _block_mistakes(x, blk)) or mismatch(
+            result, expected, "x + attn(norm1(x)) with a causal mask, then x + ff(norm2(x))"
+        )
+    if problem is None and not is_tensor(raw):
+        return Note(_NOT_A_TENSOR_OUT)
+    return problem
+
+
+@checker("pre_ln_block")
+def check_pre_ln_block(fn):
+    """Check fn(x, blk) -> (B, N, E): one pre-LN block with causal self-attention (GPT-2's
+    order), computed from the parts of `blk`, a `mha_lib.block.TransformerBlock` in eval mode
+    (norm1, self_attn, norm2, linear1, ReLU, linear2). An (output, weights) pair is read for its
+    output; a numpy array passes with a note.
+    """
+    problem = None
+    for case in _BLOCK_CASES:
+        problem = _block_problem(fn, case)
         if problem is not None and not isinstance(problem, Note):
             return problem
     return problem

@@ -76,7 +76,26 @@ def into_zeros_like(x):
     return out
 
 
+def without_keepdims(x):
+    e = np.exp(x - np.max(x, axis=-1))  # (..., M) - (...): lines up only when x is 1-D
+    return e / e.sum(axis=-1)
+
+
+def sum_without_keepdims(x):
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / e.sum(axis=-1)  # (..., M) / (...)
+
+
+def torch_without_keepdim(x):
+    t = torch.as_tensor(x, dtype=torch.float64)
+    e = torch.exp(t - t.max(dim=-1).values)
+    return e / e.sum(dim=-1)
+
+
 SOFTMAX_WRONG = [
+    (without_keepdims, "drops keepdims: on a small matrix the row maxima (or sums) have shape"),
+    (sum_without_keepdims, "keepdims=True"),
+    (torch_without_keepdim, "it drops keepdims"),
     (lambda x: shifted(x, x.max(axis=0, keepdims=True), over=0), "wrong axis"),
     (lambda x: shifted(x, x.max(), over=None), "sum of the whole array"),
     (lambda x: np.exp(x), "without dividing"),
@@ -165,6 +184,11 @@ def unstable(q, k, v):
     return e / e.sum(axis=-1, keepdims=True) @ v
 
 
+def clipped_scores(q, k, v):
+    """Clips the scaled scores to [-50, 50]: right for ordinary scores, wrong for large ones."""
+    return softmax(np.clip(q @ k.T / math.sqrt(q.shape[-1]), -50, 50)) @ v
+
+
 ATTENTION_WRONG = [
     (lambda q, k, v: sdpa(q, k, v, 1.0), "scale is missing"),
     (lambda q, k, v: sdpa(q, k, v, 1 / q.shape[-1]), "divides the scores by d_k"),
@@ -183,7 +207,10 @@ ATTENTION_WRONG = [
     (lambda q, k, v: scaled_dot_product_attention(q, k, v)[::-1], "wrong order"),
     (unstable, "large (about 1e3)"),
     (lambda q, k, v: softmax(q @ k.T / math.sqrt(q.shape[-1])) @ k, "expected shape"),
-    (lambda q, k, v: sdpa(q, k, v, inv_sqrt(4)), "are the sizes read from q, k, v?"),
+    (lambda q, k, v: sdpa(q, k, v, inv_sqrt(4)), "right with d_k = 4, d_v = 3"),
+    (lambda q, k, v: sdpa(q, k, v, inv_sqrt(4)), "read d_k = q.shape[-1]"),
+    (lambda q, k, v: attention(q, k[: len(q)], v[: len(q)]), "right with N = M = 5 tokens"),
+    (clipped_scores, "right when the scores are about 1 and wrong when they are about 1e3"),
     (lambda q, k, v: sdpa(q, k, v, 0.9 * inv_sqrt(q.shape[-1])), "wrong values"),
     (lambda q, k, v: None, "not implemented"),
 ]
@@ -200,6 +227,18 @@ def test_check_attention_names_the_mistake(fn, words, capsys):
     passed, line = verdict(check_scaled_dot_product_attention, fn, capsys)
     assert not passed and line.startswith("✗ scaled dot-product attention: ")
     assert words in line, line
+
+
+def test_check_attention_adds_no_hint_that_the_answer_does_not_show(capsys):
+    """A generic mistake in a later case gets "wrong values" alone when the answer is also wrong
+    on every probe (here: wrong as soon as N != M or d_v != 3), so no hint is shown."""
+
+    def wrong_unless_case_one(q, k, v):
+        off = len(q) != len(k) or v.shape[1] != 3
+        return sdpa(q, k, v, inv_sqrt(q.shape[-1])) + 0.1 * off
+
+    passed, line = verdict(check_scaled_dot_product_attention, wrong_unless_case_one, capsys)
+    assert not passed and "wrong values" in line and "[" not in line, line
 
 
 def test_attention_mistakes_are_distinguishable():
@@ -221,6 +260,8 @@ COUNTEREXAMPLE_RIGHT = [
 ]
 
 COUNTEREXAMPLE_WRONG = [
+    (lambda: np.array([[1.0, 0.0], [2.0, 2.0], [0.0, 5.0]]).T, "X looks transposed"),
+    (lambda: np.array([[1, 0, 0], [2, 2, 0], [0, 5, 0], [0, 0, 1]]).T, "return X.T"),
     (lambda: np.array([[1.0, 0.0], [2.0, 2.0]]), "use at least 3"),
     (lambda: np.array([[1.0], [2.0], [3.0]]), "parallel"),
     (lambda: np.array([[1.0, 1.0], [2.0, 2.0], [0.0, 1.0]]), "parallel"),

@@ -137,13 +137,28 @@ def unstable(X, W_q, W_k, W_v):
     return e / e.sum(axis=-1, keepdims=True) @ V
 
 
+def first_tokens_only(X, W_q, W_k, W_v):
+    """Hard-codes the running case's 5 tokens as the keys: right only when N = 5."""
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    return softmax(Q @ K[:5].T / np.sqrt(K.shape[1])) @ V[:5]
+
+
+def clipped_scores(X, W_q, W_k, W_v):
+    """Clips the scaled scores to [-50, 50]: right for ordinary scores, wrong for large ones."""
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    return softmax(np.clip(Q @ K.T / np.sqrt(K.shape[1]), -50, 50)) @ V
+
+
 HEAD_WRONG = [
     (head(scale=lambda X, W_q, W_v: np.sqrt(X.shape[1])), "√C"),
     (head(scale=lambda X, W_q, W_v: np.sqrt(W_v.shape[1])), "√d_v"),
     (head(scale=lambda X, W_q, W_v: np.sqrt(X.shape[0])), "√N"),
     (head(scale=lambda X, W_q, W_v: 1.0), "not scaled"),
     (head(scale=lambda X, W_q, W_v: W_q.shape[1]), "by d_k"),
-    (head(scale=lambda X, W_q, W_v: 2.0), "are N, C, d_k, d_v read from the arrays?"),
+    (head(scale=lambda X, W_q, W_v: 2.0), "right with d_k = 4, d_v = 3"),
+    (head(scale=lambda X, W_q, W_v: 2.0), "read d_k = W_q.shape[1]"),
+    (first_tokens_only, "right with N = 5 tokens of C = 6 features"),
+    (clipped_scores, "right when the scores are about 1 and wrong when they are about 1e3"),
     (head(transpose_weights=True), "weights are transposed"),
     (head(axis=0), "wrong axis"),
     (head(swap=True), "swapped"),
@@ -162,6 +177,17 @@ HEAD_WRONG = [
     ),
     (lambda X, W_q, W_k, W_v: None, "not implemented"),
 ]
+
+
+def test_attention_with_weights_adds_no_hint_that_the_answer_does_not_show(capsys):
+    """Wrong as soon as anything differs from the first case: no probe passes, so no hint."""
+
+    def wrong_unless_case_one(X, W_q, W_k, W_v):
+        off = X.shape != (5, 6) or W_q.shape[1] != 4
+        return attention_with_weights(X, W_q, W_k, W_v) + 0.1 * off
+
+    passed, line = verdict(check_attention_with_weights, wrong_unless_case_one, capsys)
+    assert not passed and "wrong values" in line and "[" not in line, line
 
 
 @pytest.mark.parametrize("fn", HEAD_RIGHT)
@@ -217,8 +243,18 @@ def no_nan(N, C):
     return W_q, W_k
 
 
+def shift_the_keys_the_same_way(N, C):
+    """Query i = beta * e_i, key j = e_(j+1): the shift of the solution, put on the key side."""
+    W_q, W_k = shift_head(N, C, k=0)
+    W_k[C:] = np.eye(N, k=1)
+    return W_q, W_k
+
+
 NEXT_WRONG = [
     (lambda N, C: shift_head(N, C, k=-1), "previous-token head"),
+    (lambda N, C: shift_head(N, C, k=-1), "the queries carry np.eye(N, k=-1)"),
+    (shift_the_keys_the_same_way, "the keys carry the shift, np.eye(N, k=1)"),
+    (shift_the_keys_the_same_way, "key j holds position j+1 and query i finds key i-1"),
     (lambda N, C: shift_head(N, C, k=0), "attends to itself"),
     (lambda N, C: shift_head(N, C, beta=2.0), "weakly"),
     (lambda N, C: shift_head(N, C, beta=8.0, d_k=4 * N), "weakly"),

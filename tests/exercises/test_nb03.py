@@ -289,7 +289,21 @@ MHA_RIGHT = [
     mha_torch,
 ]
 
+
+def mha_torch_habit_W_o_T(X, W_q, W_k, W_v, W_o, num_heads):
+    """Multiplies by W_o.T, as with a torch Linear's weight."""
+    return mha_right(X, W_q, W_k, W_v, W_o.T, num_heads)
+
+
+def mha_heads_reversed(X, W_q, W_k, W_v, W_o, num_heads):
+    """Each head meets the wrong block of W_o: the heads concatenated in reverse order."""
+    heads = mha_with(combine="per head")(X, W_q, W_k, W_v, W_o, num_heads)  # (h, N, d_v)
+    return np.concatenate(list(heads[::-1]), axis=1) @ W_o
+
+
 MHA_WRONG = [
+    (mha_torch_habit_W_o_T, "it multiplies by W_o.T: W_o has shape (h·d_v, C) = (4, 6)"),
+    (mha_heads_reversed, "reverse order"),
     (mha_with(combine="no W_o"), "W_o is missing"),
     (mha_with(combine="per head"), "one output per head"),
     (mha_with(combine="sum"), "summed or averaged"),
@@ -327,9 +341,21 @@ def test_multi_head_attention_names_the_mistake(fn, words, capsys):
 def test_multi_head_attention_has_a_case_where_h_d_k_is_not_C():
     from mha_lib.exercises.nb03 import _MHA_CASES
 
-    assert any(
-        h * d_k != C and h * d_v != C and d_k != d_v for _, _, C, h, d_k, d_v, _ in _MHA_CASES
-    )
+    assert any(h * d_k != C and h * d_v != C and d_k != d_v for _, _, C, h, d_k, d_v in _MHA_CASES)
+
+
+def test_multi_head_attention_blames_no_mistake_that_was_not_made(capsys):
+    """W_o.T raises a matmul error in the first case, whose hint is about d_k: the message names
+    W_o.T and says nothing of d_k. A mistake that every probe shows too gets no hint at all."""
+    passed, line = verdict(check_multi_head_attention, mha_torch_habit_W_o_T, capsys)
+    assert not passed and "W_o.T" in line and "d_k" not in line, line
+
+    def wrong_everywhere_but_case_one(X, W_q, W_k, W_v, W_o, num_heads):
+        off = X.shape != (5, 6) or num_heads != 2 or W_v.shape[1] != 4
+        return mha_right(X, W_q, W_k, W_v, W_o, num_heads) + 0.1 * off
+
+    passed, line = verdict(check_multi_head_attention, wrong_everywhere_but_case_one, capsys)
+    assert not passed and "wrong values" in line and "[" not in line, line
 
 
 def test_keys_from_queries_is_named(capsys):

@@ -5,16 +5,29 @@ The rule for containers is the same in every checker: tensors pass on any device
 requires_grad or as nn.Parameter; numpy arrays with the right values pass with a note that
 PyTorch needs a tensor."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mha_lib.exercises.nb04 import (
+    _BLOCK_CASES,
+    _FORWARD_CASES,
+    _block_inputs,
+    _block_mistakes,
+    _forward_inputs,
+    _forward_mistakes,
+    _forward_variant,
+    check_attention_forward,
     check_causal_attn_mask,
     check_key_padding_mask,
     check_numpy_to_torch,
+    check_pre_ln_block,
 )
+from mha_lib.pytorch import MultiHeadAttention
 
 NUMPY_NOTE = "not a tensor; nn.MultiheadAttention needs one: torch.as_tensor(...)"
 
@@ -256,10 +269,286 @@ def test_check_key_padding_mask_names_the_mistake(fn, words, capsys):
     assert not passed and line.startswith("✗ key_padding_mask: ") and words in line, line
 
 
+# attention_forward ------------------------------------------------------------------------------
+
+
+def forward_sdpa(x, in_proj_weight, out_proj_weight, num_heads):
+    """The module's fast path: one packed projection, SDPA, merge, out_proj."""
+    B, N, E = x.shape
+    q, k, v = F.linear(x, in_proj_weight).chunk(3, dim=-1)  # (B, N, E) each
+    q, k, v = (t.view(B, N, num_heads, E // num_heads).transpose(1, 2) for t in (q, k, v))
+    heads = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, d)
+    return heads.transpose(1, 2).reshape(B, N, E) @ out_proj_weight.T  # (B, N, E)
+
+
+def forward_written_out(x, in_proj_weight, out_proj_weight, num_heads):
+    """Notebook 04's TinyMultiHeadAttention, with the weights transposed; returns a pair."""
+    B, N, E = x.shape
+    d = E // num_heads
+    W_q, W_k, W_v = (W.T for W in in_proj_weight.split(E))  # numpy's layout, (E, E) each
+    q, k, v = ((x @ W).view(B, N, num_heads, d).transpose(1, 2) for W in (W_q, W_k, W_v))
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1)  # (B, h, N, N)
+    out = (weights @ v).transpose(1, 2).reshape(B, N, E) @ out_proj_weight.T
+    return out, weights
+
+
+def forward_through_the_module(x, in_proj_weight, out_proj_weight, num_heads):
+    """Load the weights into MultiHeadAttention (float64) and call it: (output, None)."""
+    E = x.shape[-1]
+    attn = MultiHeadAttention(E, num_heads, bias=False, dtype=torch.float64)
+    with torch.no_grad():
+        attn.in_proj_weight.copy_(in_proj_weight)
+        attn.out_proj.weight.copy_(out_proj_weight)
+    return attn(x)
+
+
+FORWARD_RIGHT = [
+    forward_sdpa,
+    forward_written_out,
+    forward_through_the_module,
+    lambda x, a, b, h: forward_sdpa(x, a, b, h).float(),  # float32 is fine
+]
+
+
+def forward_with(**wrong):
+    """A learner's forward pass with one mistake switched on (see `_forward_variant`)."""
+
+    def fn(x, in_proj_weight, out_proj_weight, num_heads):
+        args = (x.numpy(), in_proj_weight.numpy(), out_proj_weight.numpy(), num_heads)
+        return torch.from_numpy(_forward_variant(*args, **wrong))
+
+    return fn
+
+
+def forward_stored_layout(x, in_proj_weight, out_proj_weight, num_heads):
+    """numpy's habit, X @ W, with torch's (out, in) weights: a shape error, (E, 3E) expected."""
+    return forward_sdpa(x, in_proj_weight.T, out_proj_weight.T, num_heads)
+
+
+def forward_in_proj_as_stored(x, in_proj_weight, out_proj_weight, num_heads):
+    return forward_sdpa(x, in_proj_weight.T, out_proj_weight, num_heads)
+
+
+def forward_sdpa_scale_E(x, in_proj_weight, out_proj_weight, num_heads):
+    B, N, E = x.shape
+    q, k, v = F.linear(x, in_proj_weight).chunk(3, dim=-1)
+    q, k, v = (t.view(B, N, num_heads, E // num_heads).transpose(1, 2) for t in (q, k, v))
+    heads = F.scaled_dot_product_attention(q, k, v, scale=1 / math.sqrt(E))
+    return heads.transpose(1, 2).reshape(B, N, E) @ out_proj_weight.T
+
+
+def forward_returns_heads(x, in_proj_weight, out_proj_weight, num_heads):
+    B, N, E = x.shape
+    q, k, v = F.linear(x, in_proj_weight).chunk(3, dim=-1)
+    q, k, v = (t.view(B, N, num_heads, E // num_heads).transpose(1, 2) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v)  # (B, h, N, d): not merged
+
+
+FORWARD_WRONG = [
+    (forward_with(transpose_in=False, transpose_out=False), "as they are stored"),
+    (forward_stored_layout, "in_proj_weight is (3E, E) = (18, 6)"),
+    (forward_in_proj_as_stored, "x @ in_proj_weight.T (F.linear"),
+    (forward_with(transpose_in=False), "input projections are not transposed"),
+    (forward_with(transpose_out=False), "out_proj_weight is not transposed"),
+    (forward_with(project_out=False), "output projection is missing"),
+    (forward_with(split="no transpose"), "view(B, h, N, d)"),
+    (forward_with(split="interleaved"), "interleaved"),
+    (forward_with(merge="no transpose"), "merges the heads with reshape(B, N, E)"),
+    (forward_sdpa_scale_E, "by √E"),
+    (forward_with(scale=1.0), "not divided by √d"),
+    (forward_with(causal=True), "it is causal"),
+    (forward_with(order=(1, 0, 2)), "q from block 1, k from block 0, v from block 2"),
+    (forward_with(order=(2, 1, 0)), "wrong order"),
+    (lambda x, a, b, h: forward_sdpa(x, a, b, 2), "right with 2 heads and wrong with 3"),
+    (forward_returns_heads, "it returns the heads"),
+    (lambda x, a, b, h: forward_sdpa(x, a, b, h).half(), "not float16"),
+    (lambda x, a, b, h: None, "not implemented"),
+]
+
+
+@pytest.mark.parametrize("fn", FORWARD_RIGHT)
+def test_check_attention_forward_accepts(fn, capsys):
+    assert verdict(check_attention_forward, fn, capsys) == (True, "✓ attention_forward: correct")
+
+
+def test_check_attention_forward_accepts_numpy_with_a_note(capsys):
+    passed, line = verdict(
+        check_attention_forward, lambda x, a, b, h: forward_sdpa(x, a, b, h).numpy(), capsys
+    )
+    assert passed and line.startswith("✓ attention_forward: correct (") and "numpy" in line
+
+
+@pytest.mark.parametrize(("fn", "words"), FORWARD_WRONG)
+def test_check_attention_forward_names_the_mistake(fn, words, capsys):
+    passed, line = verdict(check_attention_forward, fn, capsys)
+    assert not passed and line.startswith("✗ attention_forward: ") and words in line, line
+
+
+def test_forward_mistakes_are_distinguishable():
+    for seed, B, N, E, h in _FORWARD_CASES:
+        x, in_proj, out_proj = _forward_inputs(seed, B, N, E)
+        outputs = [
+            *_forward_mistakes(x, in_proj, out_proj, h).values(),
+            _forward_variant(x, in_proj, out_proj, h),
+        ]
+        for i in range(len(outputs)):
+            for j in range(i + 1, len(outputs)):
+                assert not np.allclose(outputs[i], outputs[j], rtol=1e-3, atol=1e-3), (i, j)
+
+
+def test_forward_reference_is_the_module():
+    """The checker's numpy reference equals MultiHeadAttention with the same weights."""
+    for seed, B, N, E, h in _FORWARD_CASES:
+        x, in_proj, out_proj = _forward_inputs(seed, B, N, E)
+        out, _ = forward_through_the_module(
+            *(torch.from_numpy(a) for a in (x, in_proj, out_proj)), h
+        )
+        np.testing.assert_allclose(
+            out.detach().numpy(), _forward_variant(x, in_proj, out_proj, h), atol=1e-12
+        )
+
+
+# pre_ln_block -----------------------------------------------------------------------------------
+
+
+def block_from_parts(x, blk):
+    x = x + blk.self_attn(blk.norm1(x), is_causal=True)[0]
+    return x + blk.linear2(F.relu(blk.linear1(blk.norm2(x))))
+
+
+def block_with_mask(x, blk):
+    """A boolean attn_mask in nn.MultiheadAttention's convention (True = may NOT attend)."""
+    N = x.shape[1]
+    causal = torch.ones(N, N, dtype=torch.bool).triu(diagonal=1)
+    x = x + blk.self_attn(blk.norm1(x), attn_mask=causal)[0]
+    return x + blk.linear2(F.relu(blk.linear1(blk.norm2(x)))), None
+
+
+def block_by_hand(x, blk):
+    """LayerNorm by hand, a float mask of 0 and -inf, the weights read off the modules."""
+    N = x.shape[1]
+
+    def layer_norm(t, norm):
+        mean, var = t.mean(-1, keepdim=True), t.var(-1, unbiased=False, keepdim=True)
+        return (t - mean) / torch.sqrt(var + norm.eps) * norm.weight + norm.bias
+
+    mask = torch.zeros(N, N, dtype=x.dtype).masked_fill(
+        torch.ones(N, N, dtype=torch.bool).triu(1), float("-inf")
+    )
+    x = x + blk.self_attn(layer_norm(x, blk.norm1), attn_mask=mask)[0]
+    hidden = F.relu(layer_norm(x, blk.norm2) @ blk.linear1.weight.T + blk.linear1.bias)
+    return x + hidden @ blk.linear2.weight.T + blk.linear2.bias
+
+
+BLOCK_RIGHT = [
+    block_from_parts,
+    block_with_mask,
+    block_by_hand,
+    lambda x, blk: blk(x, is_causal=True),  # the block itself: (output, None)
+]
+
+
+def block_with(mistake):
+    """The checker's own mistaken block (by its message's first words), as a learner's fn."""
+
+    def fn(x, blk):
+        outputs = _block_mistakes(x, blk)
+        (message,) = [m for m in outputs if m.startswith(mistake)]
+        return torch.from_numpy(outputs[message])
+
+    return fn
+
+
+def block_post_ln(x, blk):
+    x = blk.norm1(x + blk.self_attn(x, is_causal=True)[0])
+    return blk.norm2(x + blk.linear2(F.relu(blk.linear1(x))))
+
+
+def block_adds_norm(x, blk):
+    t = blk.norm1(x)
+    x = t + blk.self_attn(t, is_causal=True)[0]
+    t = blk.norm2(x)
+    return t + blk.linear2(F.relu(blk.linear1(t)))
+
+
+def block_no_mask(x, blk):
+    x = x + blk.self_attn(blk.norm1(x))[0]
+    return x + blk.linear2(F.relu(blk.linear1(blk.norm2(x))))
+
+
+def block_numpy_mask(x, blk):
+    keep = torch.from_numpy(np.tril(np.ones((x.shape[1],) * 2, dtype=bool)))  # True = may attend
+    x = x + blk.self_attn(blk.norm1(x), attn_mask=keep)[0]
+    return x + blk.linear2(F.relu(blk.linear1(blk.norm2(x))))
+
+
+def block_parallel(x, blk):
+    a = blk.self_attn(blk.norm1(x), is_causal=True)[0]
+    return x + a + blk.linear2(F.relu(blk.linear1(blk.norm2(x))))
+
+
+def block_no_relu(x, blk):
+    x = x + blk.self_attn(blk.norm1(x), is_causal=True)[0]
+    return x + blk.linear2(blk.linear1(blk.norm2(x)))
+
+
+def block_norm1_twice(x, blk):
+    x = x + blk.self_attn(blk.norm1(x), is_causal=True)[0]
+    return x + blk.linear2(F.relu(blk.linear1(blk.norm1(x))))
+
+
+BLOCK_WRONG = [
+    (block_no_mask, "no causal mask"),
+    (block_numpy_mask, "the causal mask is inverted"),
+    (block_post_ln, "post-LN"),
+    (block_adds_norm, "the residuals add the normalised input"),
+    (block_parallel, "a parallel block"),
+    (block_no_relu, "no activation"),
+    (block_norm1_twice, "norm1 for both sublayers"),
+    (block_with("the residual around attention"), "the residual around attention is missing"),
+    (block_with("the residual around the feed"), "around the feed-forward network is missing"),
+    (block_with("the sublayers are in the wrong order"), "wrong order"),
+    (lambda x, blk: block_from_parts(x, blk).float().half(), "not float16"),
+    (lambda x, blk: block_from_parts(x, blk)[:, :-1], "expected shape (2, 5, 8); got (2, 4, 8)"),
+    (lambda x, blk: None, "not implemented"),
+]
+
+
+@pytest.mark.parametrize("fn", BLOCK_RIGHT)
+def test_check_pre_ln_block_accepts(fn, capsys):
+    assert verdict(check_pre_ln_block, fn, capsys) == (True, "✓ pre_ln_block: correct")
+
+
+def test_check_pre_ln_block_accepts_numpy_with_a_note(capsys):
+    passed, line = verdict(
+        check_pre_ln_block, lambda x, blk: block_from_parts(x, blk).detach().numpy(), capsys
+    )
+    assert passed and line.startswith("✓ pre_ln_block: correct (") and "numpy" in line
+
+
+@pytest.mark.parametrize(("fn", "words"), BLOCK_WRONG)
+def test_check_pre_ln_block_names_the_mistake(fn, words, capsys):
+    passed, line = verdict(check_pre_ln_block, fn, capsys)
+    assert not passed and line.startswith("✗ pre_ln_block: ") and words in line, line
+
+
+def test_block_mistakes_are_distinguishable():
+    for case in _BLOCK_CASES:
+        x, blk = _block_inputs(*case)
+        with torch.no_grad():
+            right = blk(x, is_causal=True)[0].numpy()
+        outputs = [*_block_mistakes(x, blk).values(), right]
+        for i in range(len(outputs)):
+            for j in range(i + 1, len(outputs)):
+                assert not np.allclose(outputs[i], outputs[j], rtol=1e-3, atol=1e-3), (i, j)
+
+
 def test_catalogues_are_complete():
     for wrong, right in (
         (TO_TORCH_WRONG, TO_TORCH_RIGHT),
         (CAUSAL_WRONG, CAUSAL_RIGHT),
         (KEY_PADDING_WRONG, KEY_PADDING_RIGHT),
+        (FORWARD_WRONG, FORWARD_RIGHT),
+        (BLOCK_WRONG, BLOCK_RIGHT),
     ):
         assert len(wrong) >= 6 and len(right) >= 2
