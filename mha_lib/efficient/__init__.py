@@ -20,7 +20,8 @@ A module per idea:
 - `flash`: FlashAttention forward and backward in plain torch (tiles over
   queries and keys, running max and sum, recomputed backward), with any
   mask of the zoo given as a `mask_mod`; tiles the mask blocks entirely are
-  skipped and counted (`TileStats`);
+  skipped and counted (`TileStats`); `hbm_bytes`, the bytes a forward pass moves
+  between HBM and the chip, naive or tiled (counted tile by tile);
 - `triton_flash`: the same forward and backward as Triton kernels, run by
   Triton's interpreter on a CPU (notebook 09; imports triton).
 
@@ -30,9 +31,11 @@ h query heads, h_kv key/value heads, g = h / h_kv query heads per group.
 
 from .flash import (
     TileStats,
+    causal_key_end,
     flash_attention,
     flash_attention_backward,
     flash_attention_forward,
+    hbm_bytes,
     naive_attention,
     saved_for_backward_bytes,
 )
@@ -65,6 +68,7 @@ __all__ = [
     "bottom_right_causal_mask",
     "bottom_right_causal_mask_mod",
     "cached_attention",
+    "causal_key_end",
     "causal_mask_mod",
     "document_mask",
     "document_mask_mod",
@@ -72,6 +76,7 @@ __all__ = [
     "flash_attention_backward",
     "flash_attention_forward",
     "grouped_query_attention",
+    "hbm_bytes",
     "leaks_future",
     "mask_from_mask_mod",
     "naive_attention",

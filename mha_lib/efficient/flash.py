@@ -32,7 +32,13 @@ What it holds:
 - `naive_attention(q, k, v, is_causal)`: the plain definition, the (N, M)
   weights written out (what autograd then keeps);
 - `saved_for_backward_bytes(fn)`: the bytes autograd keeps for the backward
-  pass of fn() (notebook 04's saved-tensors hook; each storage counted once).
+  pass of fn() (notebook 04's saved-tensors hook; each storage counted once);
+- `hbm_bytes(N, M, d, form, causal, block_q, block_k)`: the bytes one forward pass
+  moves between HBM and the chip, for one (batch, head): "naive" (three kernels, the
+  (N, M) scores and weights written out and read back) or "tiled" (notebook 09's
+  Triton kernel, counted tile by tile from the tiles it loads and stores);
+- `causal_key_end(start_q, block_q, N, M, causal)`: one past the last key a causal
+  query block may see, where the tiled kernels' loops over keys stop (notebook 09).
 
 Shapes: q (B, h, N, d_k), k (B, h, M, d_k), v (B, h, M, d_v); o (B, h, N, d_v),
 lse (B, h, N). is_causal=True is the mask_mod `causal_mask_mod`: query i sees
@@ -56,9 +62,11 @@ from .masks import causal_mask_mod
 
 __all__ = [
     "TileStats",
+    "causal_key_end",
     "flash_attention",
     "flash_attention_backward",
     "flash_attention_forward",
+    "hbm_bytes",
     "naive_attention",
     "saved_for_backward_bytes",
 ]
@@ -341,3 +349,72 @@ def saved_for_backward_bytes(fn: Callable[[], object]) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         fn()
     return sum(blocks.values())
+
+
+# ----------------------------------------------------------------------------
+# the tiled kernel's traffic between HBM and the chip (notebooks 08 §8 and 09 §1)
+
+
+def causal_key_end(start_q: int, block_q: int, N: int, M: int, causal: str | None) -> int:
+    """One past the last key any query of the block start_q .. start_q + block_q - 1 may
+    see: the tiled kernels' loops over keys stop there (M when not causal).
+
+    causal: None, "top_left" (query i sees keys 0 .. i) or "bottom_right" (keys
+    0 .. i + M - N), as in `mha_lib.efficient.triton_flash`.
+    """
+    if causal is None:
+        return M
+    offset = M - N if causal == "bottom_right" else 0
+    last_row = min(start_q + block_q, N) - 1
+    return max(0, min(M, last_row + offset + 1))
+
+
+HBM_FORMS = ("naive", "tiled")
+
+
+def hbm_bytes(
+    N: int,
+    M: int,
+    d: int,
+    form: str = "tiled",
+    causal: str | None = None,
+    block_q: int = 16,
+    block_k: int = 16,
+    bytes_per_number: int = 2,
+) -> int:
+    """Bytes one forward pass reads from and writes to HBM, for one (batch, head).
+
+    form="naive": the standard attention of the FlashAttention paper (its Algorithm 0),
+    three kernels: S = Q Kᵀ (the 1/√d folded into Q) reads Q and K and writes S; the
+    softmax reads S and writes P (a causal mask applied there costs nothing more);
+    O = P V reads P and V and writes O: 2·N·d + 2·M·d + 4·N·M numbers.
+
+    form="tiled": notebook 09's forward kernel (`triton_flash._fwd_kernel`) counted tile
+    by tile. Each program instance owns block_q queries: it loads its Q tile once,
+    then the K tile and the V tile of every key block its loop visits (up to
+    `causal_key_end`), and stores its O tile and its rows' log-sum-exp L (float32, 4
+    bytes each, whatever the inputs' type). Only the live rows of a tile move: the
+    lanes a mask switches off past N or M read and write nothing. So K and V are read
+    once per query block: about 2·N·M·d / block_q numbers, the term that decides.
+
+    bytes_per_number: 2 for float16 or bfloat16, 4 for float32. Caches between HBM and
+    the chip (a GPU's L2) are not modelled: this is what the kernel asks HBM for.
+    """
+    for name, value in (("N", N), ("M", M), ("d", d), ("block_q", block_q),
+                        ("block_k", block_k), ("bytes_per_number", bytes_per_number)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int; got {value!r}")
+    if form not in HBM_FORMS:
+        raise ValueError(f"form must be one of {HBM_FORMS}; got {form!r}")
+    if causal not in (None, "top_left", "bottom_right"):
+        raise ValueError(f"causal must be None, 'top_left' or 'bottom_right'; got {causal!r}")
+    if form == "naive":
+        return (2 * N * d + 2 * M * d + 4 * N * M) * bytes_per_number
+    numbers = 0
+    for start_q in range(0, N, block_q):  # one program instance per block of queries
+        rows = min(block_q, N - start_q)
+        numbers += rows * d  # load its Q tile, once
+        for start_k in range(0, causal_key_end(start_q, block_q, N, M, causal), block_k):
+            numbers += 2 * min(block_k, M - start_k) * d  # load a K tile and a V tile
+        numbers += rows * d  # store its O tile
+    return numbers * bytes_per_number + 4 * N  # and L, float32, one number per query

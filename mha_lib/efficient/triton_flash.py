@@ -31,9 +31,16 @@ What it holds:
 - `triton_attention(q, k, v, causal=None, ...)` -> (o, lse), differentiable in q, k, v
   (a `torch.autograd.Function`);
 - `causal_key_end(start_q, block_q, N, M, causal)`: where a causal query block's
-  loop over keys stops (one past the last key it may see), the bound the kernels use;
-- `tiles_visited(N, M, causal, block_q, block_k)`: how many (query block, key block)
-  tiles the forward kernel visits, counted by the kernel itself.
+  loop over keys stops (one past the last key it may see), the bound of the forward
+  and dq kernels (defined in `flash`, which notebook 08 imports without triton);
+  `causal_query_start(start_k, block_q, N, M, causal)`: where a key block's loop over
+  queries starts, the bound of the dkdv kernel;
+- `tiles_per_program`, `tiles_visited` and `tiles_loaded(N, M, causal, block_q,
+  block_k, kernel)`: the tiles each kernel ("forward", "dkdv", "dq") visits, counted by
+  the kernel itself: per program, in all, and as a (query block, key block) grid
+  holding the step of the owner's loop at which each tile is loaded;
+- `default_blocks(d, kernel, interpreted)`: the block sizes the kernels use when none
+  are given (16 × 16 under the interpreter; on a GPU 128 × 64 forward at d <= 64).
 
 Shapes: q (B, h, N, d), k and v (B, h, M, d), d in {16, 32, 64, 128}; o (B, h, N, d),
 lse (B, h, N). `causal`: None (no mask), "top_left" (query i sees keys 0 .. i, what
@@ -71,10 +78,13 @@ if _want_interpreter() and os.environ.get("TRITON_INTERPRET", "") in ("", "0"):
         )
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch import Tensor  # noqa: E402
+
+from .flash import causal_key_end  # noqa: E402  (pure Python, shared with notebook 08)
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 DEVICE = "cpu" if INTERPRETED else "cuda"
@@ -87,8 +97,13 @@ __all__ = [
     "DEVICE",
     "HEAD_DIMS",
     "INTERPRETED",
+    "KERNELS",
     "causal_key_end",
+    "causal_query_start",
+    "default_blocks",
     "row_softmax",
+    "tiles_loaded",
+    "tiles_per_program",
     "tiles_visited",
     "triton_attention",
     "triton_attention_backward",
@@ -147,7 +162,7 @@ def row_softmax(x: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------
-# which tiles a causal query block visits
+# which tiles the kernels visit, counted by the kernels themselves
 
 
 def _offset(N: int, M: int, causal: str | None) -> int:
@@ -155,25 +170,105 @@ def _offset(N: int, M: int, causal: str | None) -> int:
     return M - N if causal == "bottom_right" else 0
 
 
-def causal_key_end(start_q: int, block_q: int, N: int, M: int, causal: str | None) -> int:
-    """One past the last key any query of the block start_q .. start_q + block_q - 1 may
-    see: the forward kernel's loop over keys stops there (M when not causal)."""
+def causal_query_start(start_k: int, block_q: int, N: int, M: int, causal: str | None) -> int:
+    """Where the dK/dV kernel's loop over query blocks starts for the key block that begins
+    at start_k: the start of the first query block with a row that may see key start_k (0
+    when not causal; N or more when no query sees it, and the loop visits nothing)."""
     if causal is None:
-        return M
-    last_row = min(start_q + block_q, N) - 1
-    return max(0, min(M, last_row + _offset(N, M, causal) + 1))
+        return 0
+    return max(0, start_k - _offset(N, M, causal)) // block_q * block_q
+
+
+KERNELS = ("forward", "dkdv", "dq")
+
+
+def tiles_per_program(
+    N: int,
+    M: int,
+    causal: str | None = None,
+    block_q: int = 16,
+    block_k: int = 16,
+    kernel: str = "forward",
+) -> list[int]:
+    """How many tiles each program instance of a kernel visits, counted by the kernel itself
+    under its own loop bounds (B = h = 1, d = 16, zeros as input).
+
+    kernel: "forward" and "dq" have one program per query block (a list of cdiv(N,
+    block_q)), walking along the key blocks; "dkdv" has one per key block (cdiv(M,
+    block_k)), walking down the query blocks.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}")
+    if causal not in CAUSAL:
+        raise ValueError(f"causal must be one of {CAUSAL}; got {causal!r}")
+    q = torch.zeros(1, 1, N, 16, device=DEVICE)
+    k = torch.zeros(1, 1, M, 16, device=DEVICE)
+    n_q, n_k = triton.cdiv(N, block_q), triton.cdiv(M, block_k)
+    counts = {
+        "forward": torch.zeros(n_q, dtype=torch.int32, device=DEVICE),
+        "dq": torch.zeros(n_q, dtype=torch.int32, device=DEVICE),
+        "dkdv": torch.zeros(n_k, dtype=torch.int32, device=DEVICE),
+    }
+    if kernel == "forward":
+        _forward(q, k, k, causal, block_q, block_k, counts=counts["forward"])
+    else:
+        lse = torch.zeros(1, 1, N, device=DEVICE)
+        _backward(q, q, k, k, q, lse, causal, block_q, block_k, counts=counts)
+    return [int(c) for c in counts[kernel]]
 
 
 def tiles_visited(
-    N: int, M: int, causal: str | None = None, block_q: int = 16, block_k: int = 16
+    N: int,
+    M: int,
+    causal: str | None = None,
+    block_q: int = 16,
+    block_k: int = 16,
+    kernel: str = "forward",
 ) -> int:
-    """How many (query block, key block) tiles the forward kernel visits, counted by the
-    kernel itself under its own loop bounds (B = h = 1, d = 16, zeros as input)."""
-    q = torch.zeros(1, 1, N, 16, device=DEVICE)
-    k = torch.zeros(1, 1, M, 16, device=DEVICE)
-    counts = torch.zeros(triton.cdiv(N, block_q), dtype=torch.int32, device=DEVICE)
-    _forward(q, k, k, causal, block_q, block_k, counts=counts)
-    return int(counts.sum())
+    """How many (query block, key block) tiles a kernel visits, counted by the kernel
+    itself under its own loop bounds (the sum of `tiles_per_program`)."""
+    return sum(tiles_per_program(N, M, causal, block_q, block_k, kernel))
+
+
+def tiles_loaded(
+    N: int,
+    M: int,
+    causal: str | None = None,
+    block_q: int = 16,
+    block_k: int = 16,
+    kernel: str = "forward",
+) -> np.ndarray:
+    """(query blocks, key blocks) ints: 0 for a tile the kernel never loads, else the step
+    of its owner's loop at which it is loaded (1, 2, ...).
+
+    From the kernel's own counts and the shape of its loop: a "forward" or "dq" program
+    (a row of tiles) walks the key blocks from the first; a "dkdv" program (a column)
+    walks the query blocks down to the last.
+    """
+    counts = tiles_per_program(N, M, causal, block_q, block_k, kernel)
+    grid = np.zeros((triton.cdiv(N, block_q), triton.cdiv(M, block_k)), dtype=int)
+    for program, n in enumerate(counts):
+        if kernel == "dkdv":  # column `program`, its last n query blocks, top to bottom
+            grid[grid.shape[0] - n :, program] = np.arange(1, n + 1)
+        else:  # row `program`, its first n key blocks, left to right
+            grid[program, :n] = np.arange(1, n + 1)
+    return grid
+
+
+def default_blocks(d: int, kernel: str = "forward", interpreted: bool | None = None) -> tuple:
+    """(block_q, block_k) the kernels use when none are given: 16 × 16 under the
+    interpreter (fast on small inputs); on a GPU chosen from d, larger for the forward
+    pass, whose program keeps only one Q tile and its accumulator on chip.
+
+    interpreted: None for this machine's choice (`INTERPRETED`).
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}; got {kernel!r}")
+    if INTERPRETED if interpreted is None else interpreted:
+        return (16, 16)
+    if kernel == "forward":
+        return (128, 64) if d <= 64 else (128, 32)
+    return (64, 64) if d <= 64 else (32, 64)
 
 
 # ----------------------------------------------------------------------------
@@ -288,54 +383,58 @@ def triton_attention_forward(
 
 @triton.jit
 def _bwd_preprocess(O, DO, Delta, n_rows, D: tl.constexpr, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # rows of (B·h·N, D)
-    cols = tl.arange(0, D)
-    inside = rows[:, None] < n_rows
+    # O and dO seen as (B·h·N, D) rows: one program per BLOCK rows, one number out per row
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)  # (BLOCK,)
+    cols = tl.arange(0, D)  # (D,)
+    inside = rows[:, None] < n_rows  # the last block may run past the last row
     o = tl.load(O + rows[:, None] * D + cols[None, :], mask=inside, other=0.0).to(tl.float32)
     do = tl.load(DO + rows[:, None] * D + cols[None, :], mask=inside, other=0.0).to(tl.float32)
-    tl.store(Delta + rows, tl.sum(o * do, axis=1), mask=rows < n_rows)
+    tl.store(Delta + rows, tl.sum(o * do, axis=1), mask=rows < n_rows)  # D_i = dO_i · O_i
 
 
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, L, Delta, DK, DV,  # all contiguous: (B·h, N or M, D) and (B·h, N)
-    N, M, offset, sm_scale,
+    Q, K, V, DO, L, Delta, DK, DV, TILES,  # contiguous (B·h, N or M, D), (B·h, N); TILES: counts
+    N, M, offset, sm_scale,  # causal: query i sees key j when j <= i + offset; 1/sqrt(d)
     D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, IS_CAUSAL: tl.constexpr,
+    COUNT: tl.constexpr,  # count the query tiles visited (for ta.tiles_loaded), else nothing
     PREC: tl.constexpr,  # "ieee": float32 products in full float32, not TF32
 ):  # fmt: skip
-    pid_k = tl.program_id(0)  # this program owns one block of keys
-    pid_bh = tl.program_id(1)
+    pid_k = tl.program_id(0)  # (1) this program owns one block of keys ...
+    pid_bh = tl.program_id(1)  # ... of one (batch, head)
     keys = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)  # (BLOCK_K,)
     cols = tl.arange(0, D)
     Q, DO = Q + pid_bh * N * D, DO + pid_bh * N * D
     K, V = K + pid_bh * M * D, V + pid_bh * M * D
     L, Delta = L + pid_bh * N, Delta + pid_bh * N
     kv_mask = keys[:, None] < M
-    k = tl.load(K + keys[:, None] * D + cols[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(V + keys[:, None] * D + cols[None, :], mask=kv_mask, other=0.0)
-    dk = tl.zeros((BLOCK_K, D), tl.float32)
+    k = tl.load(K + keys[:, None] * D + cols[None, :], mask=kv_mask, other=0.0)  # loaded once
+    v = tl.load(V + keys[:, None] * D + cols[None, :], mask=kv_mask, other=0.0)  # loaded once
+    dk = tl.zeros((BLOCK_K, D), tl.float32)  # (2) its dK and dV stay on chip until the end
     dv = tl.zeros((BLOCK_K, D), tl.float32)
     q_start = 0
-    if IS_CAUSAL:  # query i sees key j only if i >= j - offset: skip earlier query blocks
+    if IS_CAUSAL:  # (3) the first query that sees key pid_k·BLOCK_K is that key - offset
         q_start = tl.maximum(0, pid_k * BLOCK_K - offset) // BLOCK_Q * BLOCK_Q
-    for start_q in range(q_start, N, BLOCK_Q):
+    n_tiles = 0
+    for start_q in range(q_start, N, BLOCK_Q):  # (4) walk down the query tiles
         rows = start_q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,)
         q_mask = rows[:, None] < N
         q = tl.load(Q + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)
         do = tl.load(DO + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)
         lse = tl.load(L + rows, mask=rows < N, other=float("inf"))
         lse = tl.where(lse == -float("inf"), float("inf"), lse)  # rows that see nothing: p = 0
-        delta = tl.load(Delta + rows, mask=rows < N, other=0.0)
+        delta = tl.load(Delta + rows, mask=rows < N, other=0.0)  # D of these rows, precomputed
         s = tl.dot(q, tl.trans(k), input_precision=PREC) * sm_scale  # (BLOCK_Q, BLOCK_K)
         seen = (rows[:, None] < N) & (keys[None, :] < M)
         if IS_CAUSAL:
             seen = seen & (keys[None, :] <= rows[:, None] + offset)
-        p = tl.where(seen, tl.exp(s - lse[:, None]), 0.0)  # the weights, rebuilt
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)  # (BLOCK_K, D)
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)  # (BLOCK_Q, BLOCK_K)
-        ds = p * (dp - delta[:, None])  # through the softmax
-        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)  # (BLOCK_K, D)
-    tl.store(
+        p = tl.where(seen, tl.exp(s - lse[:, None]), 0.0)  # (5) the weights, rebuilt from L
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)  # (6) dV += Pᵀ dO
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)  # (7) dP = dO Vᵀ (BLOCK_Q, BLOCK_K)
+        ds = p * (dp - delta[:, None])  # (8) dS = P ∘ (dP - D): through the softmax
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)  # (9) dK += dSᵀ Q
+        n_tiles += 1
+    tl.store(  # (10) the scores were q kᵀ · sm_scale, so dK carries sm_scale once
         DK + pid_bh * M * D + keys[:, None] * D + cols[None, :],
         (dk * sm_scale).to(DK.dtype.element_ty),
         mask=kv_mask,
@@ -345,32 +444,35 @@ def _bwd_dkdv_kernel(
         dv.to(DV.dtype.element_ty),
         mask=kv_mask,
     )
+    if COUNT:
+        tl.store(TILES + pid_k, n_tiles)
 
 
 @triton.jit
 def _bwd_dq_kernel(
-    Q, K, V, DO, L, Delta, DQ,
+    Q, K, V, DO, L, Delta, DQ, TILES,
     N, M, offset, sm_scale,
     D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, IS_CAUSAL: tl.constexpr,
-    PREC: tl.constexpr,  # "ieee": float32 products in full float32, not TF32
+    COUNT: tl.constexpr, PREC: tl.constexpr,
 ):  # fmt: skip
-    pid_q = tl.program_id(0)  # this program owns one block of queries
+    pid_q = tl.program_id(0)  # (1) this program owns one block of queries
     pid_bh = tl.program_id(1)
     rows = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,)
     cols = tl.arange(0, D)
     Q, DO = Q + pid_bh * N * D, DO + pid_bh * N * D
     K, V = K + pid_bh * M * D, V + pid_bh * M * D
     q_mask = rows[:, None] < N
-    q = tl.load(Q + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)
-    do = tl.load(DO + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)
-    lse = tl.load(L + pid_bh * N + rows, mask=rows < N, other=float("inf"))
+    q = tl.load(Q + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)  # loaded once,
+    do = tl.load(DO + rows[:, None] * D + cols[None, :], mask=q_mask, other=0.0)  # as are dO,
+    lse = tl.load(L + pid_bh * N + rows, mask=rows < N, other=float("inf"))  # L
     lse = tl.where(lse == -float("inf"), float("inf"), lse)
-    delta = tl.load(Delta + pid_bh * N + rows, mask=rows < N, other=0.0)
-    dq = tl.zeros((BLOCK_Q, D), tl.float32)
+    delta = tl.load(Delta + pid_bh * N + rows, mask=rows < N, other=0.0)  # and D
+    dq = tl.zeros((BLOCK_Q, D), tl.float32)  # (2) its dQ stays on chip until the end
     k_end = M
-    if IS_CAUSAL:
+    if IS_CAUSAL:  # (3) as the forward kernel: no row of the block sees a key past k_end
         k_end = tl.maximum(0, tl.minimum(M, tl.minimum((pid_q + 1) * BLOCK_Q, N) + offset))
-    for start_k in range(0, k_end, BLOCK_K):
+    n_tiles = 0
+    for start_k in range(0, k_end, BLOCK_K):  # (4) walk along the key tiles
         keys = start_k + tl.arange(0, BLOCK_K)
         kv_mask = keys[:, None] < M
         k = tl.load(K + keys[:, None] * D + cols[None, :], mask=kv_mask, other=0.0)
@@ -379,15 +481,18 @@ def _bwd_dq_kernel(
         seen = keys[None, :] < M
         if IS_CAUSAL:
             seen = seen & (keys[None, :] <= rows[:, None] + offset)
-        p = tl.where(seen, tl.exp(s - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)  # (BLOCK_Q, D)
-    tl.store(
+        p = tl.where(seen, tl.exp(s - lse[:, None]), 0.0)  # (5) the weights, rebuilt from L
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)  # (6) dP = dO Vᵀ
+        ds = p * (dp - delta[:, None])  # (7) dS = P ∘ (dP - D), the same tile as above
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC)  # (8) dQ += dS K (BLOCK_Q, D)
+        n_tiles += 1
+    tl.store(  # (9) times sm_scale, once
         DQ + pid_bh * N * D + rows[:, None] * D + cols[None, :],
         (dq * sm_scale).to(DQ.dtype.element_ty),
         mask=q_mask,
     )
+    if COUNT:
+        tl.store(TILES + pid_q, n_tiles)
 
 
 def triton_attention_backward(
@@ -404,7 +509,6 @@ def triton_attention_backward(
     """Gradients (dq, dk, dv) from do (B, h, N, d), the output o and its lse (B, h, N)."""
     q, k, v = _check_inputs(q, k, v, causal)
     B, h, N, d = q.shape
-    M = k.shape[2]
     if do.shape != q.shape or o.shape != q.shape or lse.shape != (B, h, N):
         raise ValueError(
             f"do {tuple(do.shape)}, o {tuple(o.shape)}, lse {tuple(lse.shape)}; expected "
@@ -412,16 +516,27 @@ def triton_attention_backward(
         )
     block_q, block_k = _blocks(d, block_q, block_k, "bwd")
     do, o, lse = do.contiguous(), o.contiguous(), lse.contiguous().float()
+    return _backward(do, q, k, v, o, lse, causal, block_q, block_k)
+
+
+def _backward(do, q, k, v, o, lse, causal, block_q, block_k, counts=None):
+    """The three launches; counts: {"dkdv": (M blocks,) int32, "dq": (N blocks,) int32}."""
+    B, h, N, d = q.shape
+    M = k.shape[2]
     delta = torch.empty(B, h, N, device=q.device, dtype=torch.float32)  # rowsum(dO ∘ O)
     _bwd_preprocess[(triton.cdiv(B * h * N, block_q),)](o, do, delta, B * h * N, D=d, BLOCK=block_q)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     args = (N, M, _offset(N, M, causal), 1.0 / math.sqrt(d))
     consts = dict(D=d, BLOCK_Q=block_q, BLOCK_K=block_k, IS_CAUSAL=causal is not None)
-    consts.update(PREC=_precision(q), **_launch_options(d, max(block_q, block_k)))
+    consts.update(COUNT=counts is not None, PREC=_precision(q))
+    consts.update(_launch_options(d, max(block_q, block_k)))
+    tiles = counts or {"dkdv": delta, "dq": delta}  # unused unless COUNT
     _bwd_dkdv_kernel[(triton.cdiv(M, block_k), B * h)](
-        q, k, v, do, lse, delta, dk, dv, *args, **consts
+        q, k, v, do, lse, delta, dk, dv, tiles["dkdv"], *args, **consts
     )
-    _bwd_dq_kernel[(triton.cdiv(N, block_q), B * h)](q, k, v, do, lse, delta, dq, *args, **consts)
+    _bwd_dq_kernel[(triton.cdiv(N, block_q), B * h)](
+        q, k, v, do, lse, delta, dq, tiles["dq"], *args, **consts
+    )
     return dq, dk, dv
 
 
@@ -519,13 +634,8 @@ def _launch_options(d: int, block: int) -> dict:
 
 
 def _blocks(d: int, block_q, block_k, which: str) -> tuple[int, int]:
-    """Block sizes: given ones checked, else 16 × 16 (interpreter) or by d (GPU)."""
-    if INTERPRETED:
-        default = (16, 16)
-    elif which == "fwd":
-        default = (128, 64) if d <= 64 else (128, 32)
-    else:
-        default = (64, 64) if d <= 64 else (32, 64)
+    """Block sizes: given ones checked, else `default_blocks` (16 × 16 under the interpreter)."""
+    default = default_blocks(d, "forward" if which == "fwd" else "dq")
     block_q = default[0] if block_q is None else block_q
     block_k = default[1] if block_k is None else block_k
     for name, b in (("block_q", block_q), ("block_k", block_k)):

@@ -10,7 +10,12 @@
 - `check_causal_key_end(fn)`: fn(start_q, block_q, N, M, causal) -> one past the
   last key a causal query block may see, the bound of the forward kernel's loop
   over keys. The checker counts the tiles the bound makes a kernel visit, over
-  every query block, and compares with the fewest that see every allowed key.
+  every query block, and compares with the fewest that see every allowed key;
+- `check_backward_tile(fn)`: fn(q_i, k_j, v_j, do_i, lse_i, delta_i) -> (dq_i, dk_j,
+  dv_j), the shares of one (query block, key block) tile in the three gradients, the
+  body of the backward kernels' loops in torch. The checker runs it on every tile of a
+  case with partial tiles and block_q != block_k, and sums the shares into the full
+  gradients, which must equal autograd's through naive attention.
 
 This module imports torch and triton (through `mha_lib.efficient.triton_flash`, which
 chooses the interpreter on a machine without a GPU), so `mha_lib.exercises` does
@@ -25,9 +30,9 @@ import numpy as np
 import torch
 
 from ..efficient import triton_flash as ta
-from ._base import checker, run
+from ._base import as_array, checker, close, run
 
-__all__ = ["check_causal_key_end", "check_logsumexp_kernel"]
+__all__ = ["check_backward_tile", "check_causal_key_end", "check_logsumexp_kernel"]
 
 
 # ---------------------------------------------------------------------------- log-sum-exp kernel
@@ -171,34 +176,34 @@ def _diagnose_lse(got: np.ndarray, rows: torch.Tensor, block: int) -> str | None
 # ---------------------------------------------------------------------------- causal key end
 
 
-def _tiles(end_fn, N, M, block_q, block_k, causal) -> tuple[int, list]:
-    """(tiles visited, the query blocks whose bound is wrong and how) under a bound end_fn."""
-    total, wrong = 0, []
-    for start_q in range(0, N, block_q):
-        end = end_fn(start_q, block_q, N, M, causal)
-        need = ta.causal_key_end(start_q, block_q, N, M, causal)
-        total += max(0, -(-end // block_k))
-        if end != need:
-            wrong.append((start_q, end, need))
-    return total, wrong
-
-
 _CASES = (  # (N, M, block_q, block_k, causal): square, not multiples, N != M both ways
     (64, 64, 16, 16, "top_left"),
     (37, 53, 16, 16, "bottom_right"),
     (53, 37, 16, 16, "top_left"),
     (37, 53, 16, 16, "top_left"),
     (50, 29, 16, 8, "bottom_right"),
+    (45, 46, 8, 16, "bottom_right"),  # a block's last key opens a key tile: off by one shows
     (29, 40, 8, 16, None),
 )
 
 
+def _tiles(ends, N, M, block_q, block_k, causal) -> tuple[int, int]:
+    """(tiles the bounds `ends`, one per query block, make a kernel visit; tiles needed)."""
+    need = [ta.causal_key_end(s, block_q, N, M, causal) for s in range(0, N, block_q)]
+    return tuple(sum(max(0, -(-e // block_k)) for e in es) for es in (ends, need))
+
+
 def _key_end_mistakes() -> dict[str, object]:
+    """Each plausible wrong bound, by the message that names its mistake."""
+
     def last(s, b, N):
         return min(s + b, N) - 1
 
     def off(N, M, c):
         return M - N if c == "bottom_right" else 0
+
+    def causal(rule):  # the rule for a causal mask; every key without one
+        return lambda s, b, N, M, c: M if c is None else rule(s, b, N, M, c)
 
     return {
         "it visits every key block: a causal query block needs keys only up to its last "
@@ -206,27 +211,52 @@ def _key_end_mistakes() -> dict[str, object]:
             lambda s, b, N, M, c: M
         ),
         "it stops before the diagonal tile: the block's rows see keys up to start_q + "
-        "block_q - 1 (+ offset), so the loop must run to one past that": (
+        "block_q - 1 (+ offset), so the loop must run to one past that": causal(
             lambda s, b, N, M, c: max(0, min(M, s + off(N, M, c)))
         ),
-        "it is one short: one past the last visible key is last_row + offset + 1": (
-            lambda s, b, N, M, c: M if c is None else max(0, min(M, last(s, b, N) + off(N, M, c)))
+        "it is one short: the last visible key is last_row + offset, and the bound is one "
+        "past it, last_row + offset + 1": causal(
+            lambda s, b, N, M, c: max(0, min(M, last(s, b, N) + off(N, M, c)))
         ),
-        "it ignores the alignment: with bottom_right, query i sees keys up to i + M - N": (
-            lambda s, b, N, M, c: M if c is None else max(0, min(M, last(s, b, N) + 1))
+        "it is one too many: the block's last row is min(start_q + block_q, N) - 1, and "
+        "the bound is one past its last key, last_row + offset + 1 (not + 2)": causal(
+            lambda s, b, N, M, c: max(0, min(M, last(s, b, N) + off(N, M, c) + 2))
+        ),
+        "it ignores the alignment: with bottom_right, query i sees keys up to i + M - N": causal(
+            lambda s, b, N, M, c: max(0, min(M, last(s, b, N) + 1))
         ),
         "the offset has the wrong sign: bottom_right shifts the diagonal by M - N, not N - M": (
-            lambda s, b, N, M, c: (
-                M
-                if c is None
-                else max(0, min(M, last(s, b, N) + (N - M if c == "bottom_right" else 0) + 1))
+            causal(lambda s, b, N, M, c: max(0, min(M, last(s, b, N) - off(N, M, c) + 1)))
+        ),
+        "the bottom-right offset is one short: query i sees keys up to i + M - N, so the "
+        "offset is M - N, not M - N - 1": causal(
+            lambda s, b, N, M, c: max(
+                0, min(M, last(s, b, N) + off(N, M, c) - (c == "bottom_right") + 1)
             )
         ),
-        "it is not clamped to M: past the last key there is nothing to visit": (
-            lambda s, b, N, M, c: M if c is None else max(0, last(s, b, N) + off(N, M, c) + 1)
+        "the bottom-right offset is one too many: query i sees keys up to i + M - N, so the "
+        "offset is M - N, not M - N + 1": causal(
+            lambda s, b, N, M, c: max(
+                0, min(M, last(s, b, N) + off(N, M, c) + (c == "bottom_right") + 1)
+            )
+        ),
+        "it is not clamped to M: past the last key there is nothing to visit": causal(
+            lambda s, b, N, M, c: max(0, last(s, b, N) + off(N, M, c) + 1)
+        ),
+        "it is clamped to M - 1: the bound is one past the last key the block may see, "
+        "so when that key is the last one, M - 1, the bound is M": causal(
+            lambda s, b, N, M, c: max(0, min(M - 1, last(s, b, N) + off(N, M, c) + 1))
+        ),
+        "it is not clamped to 0: with bottom_right and N > M, the first query blocks may "
+        "see no key at all, and their bound is 0, not a negative number": causal(
+            lambda s, b, N, M, c: min(M, last(s, b, N) + off(N, M, c) + 1)
         ),
         "the last query block is partial: its last row is N - 1, not start_q + block_q - 1": (
-            lambda s, b, N, M, c: M if c is None else max(0, min(M, s + b + off(N, M, c)))
+            causal(lambda s, b, N, M, c: max(0, min(M, s + b + off(N, M, c))))
+        ),
+        "the last query block is partial and its last row is N - 1: min(start_q + block_q, "
+        "N) - 1, not min(start_q + block_q - 1, N)": causal(
+            lambda s, b, N, M, c: max(0, min(M, min(s + b - 1, N) + off(N, M, c) + 1))
         ),
         "without a causal mask (causal=None) every query block sees all M keys": (
             lambda s, b, N, M, c: ta.causal_key_end(s, b, N, M, c or "top_left")
@@ -234,40 +264,237 @@ def _key_end_mistakes() -> dict[str, object]:
     }
 
 
+def _ends_of(fn, N, M, block_q, causal):
+    """fn's bound for every query block of one case: (list of ints, None) or (None, why)."""
+    ends = []
+    for start_q in range(0, N, block_q):
+        result, problem = run(fn, start_q, block_q, N, M, causal)
+        if problem is not None:
+            return None, problem
+        if (
+            isinstance(result, torch.Tensor)
+            and result.numel() == 1
+            and not result.is_floating_point()
+        ):
+            result = int(result)
+        if isinstance(result, bool) or not isinstance(result, int | np.integer):
+            return None, f"expected an int; got {type(result).__name__}"
+        ends.append(int(result))
+    return ends, None
+
+
 @checker("causal_key_end")
 def check_causal_key_end(fn):
     """Check fn(start_q, block_q, N, M, causal) -> int over every query block of a few
-    shapes, counting the (query block, key block) tiles the bound visits."""
-    for N, M, block_q, block_k, causal in _CASES:
-        ends = []
-        for start_q in range(0, N, block_q):
-            result, problem = run(fn, start_q, block_q, N, M, causal)
-            if problem is not None:
-                return problem
-            if isinstance(result, bool) or not isinstance(result, int | np.integer):
-                if isinstance(result, torch.Tensor) and result.numel() == 1:
-                    result = int(result)
-                else:
-                    return f"expected an int; got {type(result).__name__}"
-            ends.append(int(result))
-        it = iter(ends)
-        got, wrong = _tiles(lambda *a: next(it), N, M, block_q, block_k, causal)
-        if not wrong:
-            continue
-        need, _ = _tiles(ta.causal_key_end, N, M, block_q, block_k, causal)
-        where = f"[N = {N}, M = {M}, block_q = {block_q}, causal = {causal!r}: {got} tiles"
-        where += f" visited, {need} needed]"
-        for message, mistake in _key_end_mistakes().items():
-            if [mistake(s, block_q, N, M, causal) for s in range(0, N, block_q)] == ends:
-                return f"{message} {where}"
-        start_q, end, right = wrong[0]
-        if end < right:
-            return (
-                f"the block at start_q = {start_q} stops at key {end}, but its rows may see "
-                f"keys up to {right - 1}: those keys would be left out {where}"
-            )
+    shapes, counting the (query block, key block) tiles the bound visits.
+
+    A wrong answer is named by the known mistake that gives the same bounds on every
+    case; failing that, by the one that does on the first case it gets wrong."""
+    got = {}
+    for case in _CASES:
+        ends, problem = _ends_of(fn, *case[:3], case[4])
+        if problem is not None:
+            return problem
+        got[case] = ends
+    right = {c: [ta.causal_key_end(s, c[2], c[0], c[1], c[4]) for s in range(0, c[0], c[2])]
+             for c in _CASES}  # fmt: skip
+    wrong_cases = [c for c in _CASES if got[c] != right[c]]
+    if not wrong_cases:
+        return None
+    # where to show it: the first case whose tile count it changes, else the first it gets wrong
+    shown = next((c for c in wrong_cases if len(set(_tiles(got[c], *c))) == 2), wrong_cases[0])
+    N, M, block_q, block_k, causal = shown
+    visited, needed = _tiles(got[shown], *shown)
+    start_q, end, bound = next(
+        (s, e, r) for s, e, r in zip(range(0, N, block_q), got[shown], right[shown]) if e != r
+    )
+    where = f"[N = {N}, M = {M}, block_q = {block_q}, block_k = {block_k}, causal = {causal!r}: "
+    if visited != needed:
+        where += f"{visited} tiles visited, {needed} needed]"
+    else:
+        where += f"the tiles needed, {needed}, but the block at start_q = {start_q} stops "
+        where += f"at {end}, not {bound}]"
+    mistakes = _key_end_mistakes()
+
+    def bounds(rule, c):
+        return [rule(s, c[2], c[0], c[1], c[4]) for s in range(0, c[0], c[2])]
+
+    for message, rule in mistakes.items():  # the same bounds everywhere
+        if all(bounds(rule, c) == got[c] for c in _CASES):
+            return f"{message} {where}"
+    for message, rule in mistakes.items():  # the same bounds on the first case it gets wrong
+        if bounds(rule, wrong_cases[0]) == got[wrong_cases[0]]:
+            return f"{message} {where}"
+    if end < bound:
         return (
-            f"the block at start_q = {start_q} runs to key {end}; {right} suffice: every "
-            f"key from {right} on is masked for all its rows {where}"
+            f"the block at start_q = {start_q} stops at key {end}, but its rows may see "
+            f"keys up to {bound - 1}: those keys would be left out {where}"
         )
+    return (
+        f"the block at start_q = {start_q} runs to key {end}; {bound} suffice: every "
+        f"key from {bound} on is masked for all its rows {where}"
+    )
+
+
+# ---------------------------------------------------------------------------- backward tile
+
+
+_TILE_CASE = (37, 29, 12, 16, 8)  # (N, M, d, block_q, block_k): partial tiles, d, b_q, b_k apart
+
+
+def _backward_case():
+    """q, k, v, do, o, lse, delta (float64, one batch and head) and the full gradients."""
+    N, M, d = _TILE_CASE[:3]
+    gen = torch.Generator().manual_seed(23)
+    q, k, v = (torch.randn(n, d, generator=gen, dtype=torch.float64) * 1.5 for n in (N, M, M))
+    do = torch.randn(N, d, generator=gen, dtype=torch.float64)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    scores = leaves[0] @ leaves[1].T / math.sqrt(d)  # (N, M)
+    o = torch.softmax(scores, dim=-1) @ leaves[2]  # (N, d), autograd through the naive form
+    grads = torch.autograd.grad(o, leaves, do)
+    lse = torch.logsumexp(scores.detach(), dim=-1)  # (N,)
+    delta = (do * o.detach()).sum(dim=-1)  # (N,) rowsum(dO ∘ O)
+    return (q, k, v, do, o.detach(), lse, delta), grads
+
+
+def _tile_grads(
+    q_i, k_j, v_j, do_i, lse_i, delta_i, *, p_from="lse", scale_p=True,
+    grads_times="1/√d", ds_form="right", dv_from="p", dp_with="v", dq_with="k",
+):  # fmt: skip
+    """One tile's (dq_i, dk_j, dv_j), and the usual mistakes (float64)."""
+    scale = 1.0 / math.sqrt(q_i.shape[-1])
+    s = q_i @ k_j.T * (scale if scale_p else 1.0)  # (b_q, b_k)
+    if p_from == "lse":
+        p = torch.exp(s - lse_i[:, None])
+    elif p_from == "tile_softmax":
+        p = torch.softmax(s, dim=-1)
+    else:  # "exp": L forgotten
+        p = torch.exp(s)
+    dp = do_i @ (v_j if dp_with == "v" else k_j).T  # (b_q, b_k)
+    if ds_form == "right":
+        ds = p * (dp - delta_i[:, None])
+    elif ds_form == "no_delta":
+        ds = p * dp
+    elif ds_form == "no_p":
+        ds = dp - delta_i[:, None]
+    else:  # "tile_delta": D summed over this tile's keys only
+        ds = p * (dp - (p * dp).sum(dim=-1, keepdim=True))
+    g = {"1/√d": scale, "1": 1.0, "√d": 1.0 / scale}[grads_times]
+    dq = ds @ (k_j if dq_with == "k" else v_j) * g  # (b_q, d)
+    dk = ds.T @ q_i * g  # (b_k, d)
+    dv = (p if dv_from == "p" else ds).T @ do_i  # (b_k, d)
+    return dq, dk, dv
+
+
+_TILE_MISTAKES = {
+    "the weights are normalised within the tile (a softmax over its b_k keys): rebuild "
+    "them from the saved log-sum-exp, P = exp(S - L), which normalises over all M keys": dict(
+        p_from="tile_softmax"
+    ),
+    "the weights forget L: P = exp(S - L), with lse_i, not exp(S)": dict(p_from="exp"),
+    "the scores are not scaled when P is rebuilt: S = q kᵀ / √d, then P = exp(S - L)": dict(
+        scale_p=False
+    ),
+    "dQ and dK lack the factor 1/√d: the scores were q kᵀ / √d, so dQ = dS K / √d and "
+    "dK = dSᵀ Q / √d": dict(grads_times="1"),
+    "the scale has no place anywhere: S = q kᵀ / √d when P is rebuilt, and dQ = dS K / √d, "
+    "dK = dSᵀ Q / √d": dict(scale_p=False, grads_times="1"),
+    "dQ and dK are multiplied by √d: the factor is 1/√d": dict(grads_times="√d"),
+    "dS forgets D: through the softmax, dS = P ∘ (dP - D), not P ∘ dP": dict(ds_form="no_delta"),
+    "dS lacks the factor P: dS = P ∘ (dP - D), not dP - D": dict(ds_form="no_p"),
+    "D is summed over this tile's keys only: D_i = Σ_j P_ij dP_ij runs over all M keys, "
+    "which a tile does not see; use delta_i = rowsum(dO ∘ O), given": dict(ds_form="tile_delta"),
+    "dV takes the weights, not dS: dV = Pᵀ dO": dict(dv_from="ds"),
+    "dP multiplies dO by the keys: dP = dO Vᵀ (the values were weighted, O = P V)": dict(
+        dp_with="k"
+    ),
+    "dQ multiplies dS by the values: dQ = dS K / √d (the scores were q kᵀ)": dict(dq_with="v"),
+}
+
+_NAMES = ("dq_i", "dk_j", "dv_j")
+
+
+def _read_triple(result, shapes):
+    """The learner's (dq_i, dk_j, dv_j) as float arrays, or (None, why not)."""
+    if isinstance(result, torch.Tensor) or not isinstance(result, tuple | list):
+        return None, f"expected a tuple (dq_i, dk_j, dv_j); got {type(result).__name__}"
+    if len(result) != 3:
+        return None, f"expected a tuple of three, (dq_i, dk_j, dv_j); got {len(result)} items"
+    arrays = []
+    for name, x in zip(_NAMES, result):
+        arr, problem = as_array(x, None, f"{name} as an array")
+        if problem is not None:
+            return None, problem
+        arrays.append(arr)
+    got = tuple(a.shape for a in arrays)
+    if got != shapes:
+        if (got[1], got[0], got[2]) == shapes:
+            return None, "the result is in the order (dk_j, dq_i, dv_j): return (dq_i, dk_j, dv_j)"
+        for name, g, want in zip(_NAMES, got, shapes):
+            if g == want[::-1]:
+                return None, f"{name} is transposed: it has shape {g}; expected {want}"
+            if g != want:
+                return None, (
+                    f"{name} has shape {g}; expected {want} (dq_i like q_i, dk_j and dv_j like k_j)"
+                )
+    return arrays, None
+
+
+def _judge_tile(arrays, tile) -> str | None:
+    expected = [t.numpy() for t in _tile_grads(*tile)]
+    if all(close(a, e) for a, e in zip(arrays, expected)):
+        return None
+    for message, kw in _TILE_MISTAKES.items():
+        wrong = [t.numpy() for t in _tile_grads(*tile, **kw)]
+        if all(close(a, w) for a, w in zip(arrays, wrong)):
+            return message
+    bad = [n for n, a, e in zip(_NAMES, arrays, expected) if not close(a, e)]
+    if not all(np.all(np.isfinite(a)) for a in arrays):
+        return "the result contains inf or NaN: rebuild P as exp(S - L), which is at most 1"
+    if all(close(a, e, tol=1e-2) for a, e in zip(arrays, expected)):
+        return (
+            f"close to the right {', '.join(bad)}, but only to about 1e-3: compute in "
+            "float64 or float32 (the inputs' own type), not float16"
+        )
+    hint = {
+        ("dv_j",): "dV = Pᵀ dO, with P = exp(S - L) and S = q kᵀ / √d",
+        ("dq_i",): "dQ = dS K / √d",
+        ("dk_j",): "dK = dSᵀ Q / √d",
+        ("dq_i", "dk_j"): "dV is right, so P is: look at dP = dO Vᵀ and dS = P ∘ (dP - D)",
+    }.get(tuple(bad), "start from P = exp(S - L) with S = q kᵀ / √d, then dV = Pᵀ dO")
+    return f"wrong values in {', '.join(bad)}: {hint}"
+
+
+@checker("backward_tile")
+def check_backward_tile(fn):
+    """Check fn(q_i, k_j, v_j, do_i, lse_i, delta_i) -> (dq_i, dk_j, dv_j), one tile's
+    shares of the three gradients, on every tile of a case with partial tiles; the
+    shares summed over the tiles must give autograd's gradients through naive attention."""
+    (q, k, v, do, _, lse, delta), grads = _backward_case()
+    N, M, d, block_q, block_k = _TILE_CASE
+    total = [np.zeros((N, d)), np.zeros((M, d)), np.zeros((M, d))]
+    for j0 in range(0, M, block_k):  # the dK/dV kernel's order: key blocks outside
+        for i0 in range(0, N, block_q):
+            i1, j1 = min(i0 + block_q, N), min(j0 + block_k, M)
+            tile = (q[i0:i1], k[j0:j1], v[j0:j1], do[i0:i1], lse[i0:i1], delta[i0:i1])
+            result, problem = run(fn, *(t.clone() for t in tile))
+            if problem is not None:
+                if "must match the size" in problem or "shape" in problem:
+                    problem += (
+                        " [lse_i and delta_i hold one number per query row, shape (b_q,): "
+                        "use them as lse_i[:, None] and delta_i[:, None] against a (b_q, b_k) tile]"
+                    )
+                return problem
+            shapes = ((i1 - i0, d), (j1 - j0, d), (j1 - j0, d))
+            arrays, problem = _read_triple(result, shapes)
+            if problem is None:
+                problem = _judge_tile(arrays, tile)
+            if problem is not None:
+                return f"{problem} [the tile of queries {i0}..{i1 - 1}, keys {j0}..{j1 - 1}]"
+            total[0][i0:i1] += arrays[0]
+            total[1][j0:j1] += arrays[1]
+            total[2][j0:j1] += arrays[2]
+    for name, got, want in zip(("dq", "dk", "dv"), total, grads):
+        if not close(got, want.numpy(), tol=1e-5):  # every tile was right to 1e-6
+            return f"the tiles' {name} summed differ from autograd's gradient"
     return None

@@ -29,6 +29,7 @@ from mha_lib.efficient import (
     flash_attention_backward,
     flash_attention_forward,
     grouped_query_attention,
+    hbm_bytes,
     leaks_future,
     mask_from_mask_mod,
     naive_attention,
@@ -738,3 +739,82 @@ def test_bad_input_is_refused_with_a_clear_message(call, error, message):
     with pytest.raises(error) as info:
         call()
     assert message in str(info.value)
+
+
+# ---------------------------------------------------------------------------- HBM bytes
+
+
+def test_hbm_bytes_by_hand():
+    """N = M = 32, d = 16, tiles of 16 × 16, float16, one head, counted by hand."""
+    # naive: S = Q Kᵀ reads 2·32·16, writes 32·32; softmax reads and writes 32·32;
+    # O = P V reads 32·32 + 32·16, writes 32·16
+    assert hbm_bytes(32, 32, 16, "naive") == (1024 + 1024 + 1024 + 1024 + 1024 + 1024) * 2
+    # tiled: 2 programs, each Q 16·16 once, K and V 16·16 per key tile (2 each), O 16·16;
+    # L: 32 floats of 4 bytes
+    q_o = 2 * (256 + 256)
+    assert hbm_bytes(32, 32, 16, "tiled") == (q_o + 2 * 2 * 2 * 256) * 2 + 32 * 4
+    # causal: program 0 visits 1 key tile, program 1 visits 2
+    assert hbm_bytes(32, 32, 16, "tiled", "top_left") == (q_o + 3 * 2 * 256) * 2 + 32 * 4
+    # a partial last block moves its live rows only: N = 20, M = 24 -> Q, O 20 rows; keys
+    # 16 + 8 per program, 2 programs
+    expected = (2 * 20 * 16 + 2 * 2 * 24 * 16) * 4 + 20 * 4
+    assert hbm_bytes(20, 24, 16, "tiled", bytes_per_number=4) == expected
+    # bottom right, N = 40 > M = 16 (offset -24): rows 0..15 see no key, so the first
+    # program loads no K or V tile; the other two load the one key tile
+    expected = (2 * 40 * 16 + 2 * 2 * 16 * 16) * 2 + 40 * 4
+    assert hbm_bytes(40, 16, 16, "tiled", "bottom_right") == expected
+
+
+def test_hbm_bytes_grows_as_n_squared_over_the_query_block():
+    """K and V are read once per query block: the tiled count is about 2 N² d / block_q
+    numbers, the naive one about 4 N²; at N = 4096, d = 64 the blocks decide which wins."""
+    naive = hbm_bytes(4096, 4096, 64, "naive")
+    assert naive == (4 * 4096 * 64 + 4 * 4096**2) * 2
+    big = hbm_bytes(4096, 4096, 64, "tiled", block_q=128, block_k=64)
+    small = hbm_bytes(4096, 4096, 64, "tiled", block_q=16, block_k=16)
+    assert 3.9 < naive / big < 4.0 and 1.9 < small / naive < 2.0
+    assert hbm_bytes(4096, 4096, 64, "tiled", "top_left", 128, 64) < 0.55 * big
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        (dict(N=0, M=4, d=16), "N must be a positive int"),
+        (dict(N=4, M=4, d=16, form="fused"), "form must be one of"),
+        (dict(N=4, M=4, d=16, causal=True), "causal must be None"),
+        (dict(N=4, M=4, d=16, block_q=2.0), "block_q must be a positive int"),
+    ],
+)
+def test_hbm_bytes_refuses_bad_input(kwargs, words):
+    with pytest.raises(ValueError, match=words):
+        hbm_bytes(**kwargs)
+
+
+def hbm_line():
+    """The count notebooks 08 and 09 both print, computed here from the same function."""
+    naive = hbm_bytes(4096, 4096, 64, "naive")
+    big = hbm_bytes(4096, 4096, 64, "tiled", block_q=128, block_k=64)
+    small = hbm_bytes(4096, 4096, 64, "tiled", block_q=16, block_k=16)
+    return (
+        f"one head, N = 4096, d = 64, float16: naive {naive / 2**20:.1f} MiB; tiled, "
+        f"128 × 64 tiles {big / 2**20:.1f} MiB ({naive / big:.1f} times fewer); "
+        f"16 × 16 tiles {small / 2**20:.1f} MiB ({small / naive:.1f} times more)"
+    )
+
+
+def test_notebooks_08_and_09_state_the_same_byte_count():
+    """Issue 22: one count of the bytes, from one function, in both notebooks."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for name in ("08_efficient_attention", "09_flash_attention_triton"):
+        cells = json.loads((root / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+        printed = [
+            line
+            for cell in cells
+            if cell["cell_type"] == "code"
+            for out in cell["outputs"]
+            for line in "".join(out.get("text", "")).splitlines()
+        ]
+        assert hbm_line() in printed, name

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,12 +21,17 @@ pytest.importorskip(
     "mha_lib.efficient.triton_flash", reason="triton ships wheels for Linux x86_64 only"
 )
 
-from mha_lib.efficient import flash_attention
+from mha_lib.efficient import flash_attention, hbm_bytes
 from mha_lib.efficient.triton_flash import (
     DEVICE,
     INTERPRETED,
+    KERNELS,
     causal_key_end,
+    causal_query_start,
+    default_blocks,
     row_softmax,
+    tiles_loaded,
+    tiles_per_program,
     tiles_visited,
     triton_attention,
     triton_attention_backward,
@@ -150,6 +156,87 @@ def test_causal_key_end_is_one_past_the_last_visible_key():
             visible = mask[s : s + 16].any(dim=0).nonzero()
             end = int(visible.max()) + 1 if len(visible) else 0
             assert causal_key_end(s, 16, N, M, c) == end
+
+
+TILE_CASES = [  # (N, M, block_q, block_k): square, N != M both ways, partial blocks, b_q != b_k
+    (64, 64, 16, 16),
+    (37, 53, 16, 16),
+    (53, 37, 16, 16),
+    (50, 29, 16, 32),
+    (45, 46, 32, 16),
+]
+
+
+def live_tiles(N, M, causal, block_q, block_k):
+    """(query blocks, key blocks) bool: the tiles holding at least one pair the mask allows."""
+    mask = allowed(N, M, causal, "cpu")
+    if mask is None:
+        mask = torch.ones(N, M, dtype=torch.bool)
+    n_q, n_k = -(-N // block_q), -(-M // block_k)
+    live = torch.zeros(n_q, n_k, dtype=torch.bool)
+    for i in range(n_q):
+        for j in range(n_k):
+            live[i, j] = mask[
+                i * block_q : (i + 1) * block_q, j * block_k : (j + 1) * block_k
+            ].any()
+    return live.numpy()
+
+
+@pytest.mark.parametrize("causal", CAUSALS)
+@pytest.mark.parametrize("case", TILE_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_every_kernel_loads_exactly_the_tiles_the_mask_reaches(case, causal):
+    """forward, dkdv and dq, counted by the kernels themselves: each loads every tile that
+    holds an allowed pair, and no other (the causal bounds are tight)."""
+    N, M, block_q, block_k = case
+    live = live_tiles(N, M, causal, block_q, block_k)
+    for kernel in KERNELS:
+        loaded = tiles_loaded(N, M, causal, block_q, block_k, kernel)
+        np.testing.assert_array_equal(loaded > 0, live, err_msg=kernel)
+        assert tiles_visited(N, M, causal, block_q, block_k, kernel) == live.sum()
+
+
+def test_tiles_loaded_gives_each_programs_loop_order():
+    dkdv = tiles_loaded(48, 48, "top_left", kernel="dkdv")  # a column walks down from the diagonal
+    np.testing.assert_array_equal(dkdv, [[1, 0, 0], [2, 1, 0], [3, 2, 1]])
+    dq = tiles_loaded(48, 48, "top_left", kernel="dq")  # a row walks right up to the diagonal
+    np.testing.assert_array_equal(dq, [[1, 0, 0], [1, 2, 0], [1, 2, 3]])
+    assert tiles_per_program(48, 48, "top_left", kernel="dkdv") == [3, 2, 1]
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        tiles_per_program(48, 48, None, kernel="backward")
+
+
+@pytest.mark.parametrize("causal", CAUSALS)
+@pytest.mark.parametrize("case", TILE_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_causal_query_start_is_where_the_dkdv_kernel_starts(case, causal):
+    N, M, block_q, block_k = case
+    counts = tiles_per_program(N, M, causal, block_q, block_k, "dkdv")
+    n_q = -(-N // block_q)
+    for j, count in enumerate(counts):
+        start = causal_query_start(j * block_k, block_q, N, M, causal)
+        assert count == max(0, n_q - start // block_q), (j, start)
+
+
+def test_default_blocks():
+    assert default_blocks(64, "forward", interpreted=True) == (16, 16)
+    assert default_blocks(64, "forward", interpreted=False) == (128, 64)
+    assert default_blocks(128, "forward", interpreted=False) == (128, 32)
+    assert default_blocks(64, "dkdv", interpreted=False) == (64, 64)
+    assert default_blocks(64) == ((16, 16) if INTERPRETED else (128, 64))
+
+
+@pytest.mark.parametrize("causal", CAUSALS)
+@pytest.mark.parametrize("case", [(64, 64, 16, 16), (53, 48, 16, 16), (37, 64, 32, 16)])
+def test_hbm_bytes_loads_the_tiles_the_kernel_visits(case, causal):
+    """With M a multiple of block_k every K and V tile is whole: the tiled count is Q and
+    O once, L in float32, and 2 · block_k · d numbers per tile the kernel itself counts."""
+    N, M, block_q, block_k = case
+    d, b = 64, 2
+    tiles = tiles_visited(N, M, causal, block_q, block_k)
+    rest = 2 * N * d * b + 4 * N
+    assert (
+        hbm_bytes(N, M, d, "tiled", causal, block_q, block_k, b)
+        == rest + tiles * 2 * block_k * d * b
+    )
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,9 @@ import pytest
 # import the checkers first: they choose Triton's interpreter before triton is imported
 nb09 = pytest.importorskip("mha_lib.exercises.nb09", reason="triton: Linux x86_64 only")
 
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -13,6 +16,7 @@ from mha_lib.efficient.triton_flash import causal_key_end  # noqa: E402
 
 check_logsumexp_kernel = nb09.check_logsumexp_kernel
 check_causal_key_end = nb09.check_causal_key_end
+check_backward_tile = nb09.check_backward_tile
 
 
 def verdict(capsys) -> str:
@@ -284,15 +288,58 @@ def _causal(rule):
         (_causal(lambda s, b, N, M, c: max(0, min(M, s + _off(N, M, c)))), "before the diagonal"),
         (
             _causal(lambda s, b, N, M, c: max(0, min(M, _last(s, b, N) + _off(N, M, c)))),
-            "one short",
+            "it is one short",
+        ),
+        (  # one short and no clamp to 0 either: the first mistake on the first case
+            _causal(lambda s, b, N, M, c: min(M, _last(s, b, N) + _off(N, M, c))),
+            "it is one short",
+        ),
+        (
+            _causal(lambda s, b, N, M, c: max(0, min(M, _last(s, b, N) + _off(N, M, c) + 2))),
+            "one too many",
+        ),
+        (  # the last row taken as min(start_q + block_q, N), one past it
+            _causal(lambda s, b, N, M, c: max(0, min(M, min(s + b, N) + _off(N, M, c) + 1))),
+            "one too many",
         ),
         (_causal(lambda s, b, N, M, c: max(0, min(M, _last(s, b, N) + 1))), "alignment"),
         (
             _causal(lambda s, b, N, M, c: max(0, min(M, _last(s, b, N) - _off(N, M, c) + 1))),
             "wrong sign",
         ),
-        (_causal(lambda s, b, N, M, c: max(0, _last(s, b, N) + _off(N, M, c) + 1)), "clamped to M"),
-        (_causal(lambda s, b, N, M, c: max(0, min(M, s + b + _off(N, M, c)))), "partial"),
+        (
+            _causal(
+                lambda s, b, N, M, c: max(
+                    0, min(M, _last(s, b, N) + _off(N, M, c) - (c == "bottom_right") + 1)
+                )
+            ),
+            "offset is one short",
+        ),
+        (
+            _causal(
+                lambda s, b, N, M, c: max(
+                    0, min(M, _last(s, b, N) + _off(N, M, c) + (c == "bottom_right") + 1)
+                )
+            ),
+            "offset is one too many",
+        ),
+        (
+            _causal(lambda s, b, N, M, c: max(0, _last(s, b, N) + _off(N, M, c) + 1)),
+            "clamped to M:",
+        ),
+        (
+            _causal(lambda s, b, N, M, c: max(0, min(M - 1, _last(s, b, N) + _off(N, M, c) + 1))),
+            "clamped to M - 1",
+        ),
+        (
+            _causal(lambda s, b, N, M, c: min(M, _last(s, b, N) + _off(N, M, c) + 1)),
+            "not clamped to 0",
+        ),
+        (_causal(lambda s, b, N, M, c: max(0, min(M, s + b + _off(N, M, c)))), "partial: its"),
+        (
+            _causal(lambda s, b, N, M, c: max(0, min(M, min(s + b - 1, N) + _off(N, M, c) + 1))),
+            "not min(start_q + block_q - 1, N)",
+        ),
         (lambda s, b, N, M, c: causal_key_end(s, b, N, M, c or "top_left"), "causal=None"),
         (lambda s, b, N, M, c: float(causal_key_end(s, b, N, M, c)), "expected an int"),
         (lambda s, b, N, M, c: None, "not implemented"),
@@ -306,3 +353,137 @@ def test_check_causal_key_end_rejects_mistakes(capsys, wrong, message):
     assert not check_causal_key_end(wrong)
     out = verdict(capsys)
     assert out.startswith("✗ causal_key_end:") and message in out, out
+
+
+def test_causal_key_end_messages_are_each_one_mistakes_own():
+    """No two mistakes of the catalogue give the same bounds on every case, so each answer
+    gets the message of its own mistake, not another's."""
+    mistakes = nb09._key_end_mistakes()
+    signatures = {}
+    for message, rule in mistakes.items():
+        signature = tuple(
+            tuple(rule(s, bq, N, M, c) for s in range(0, N, bq)) for N, M, bq, _, c in nb09._CASES
+        )
+        assert signature not in signatures, (message, signatures.get(signature))
+        signatures[signature] = message
+
+
+def test_an_off_by_one_is_not_called_a_missing_clamp(capsys):
+    """Issue 22: an answer one short was told about a clamp to 0."""
+    one_short = _causal(lambda s, b, N, M, c: max(0, min(M, _last(s, b, N) + _off(N, M, c))))
+    assert not check_causal_key_end(one_short)
+    out = verdict(capsys)
+    assert "one short" in out and "clamp" not in out, out
+
+
+# backward_tile: correct forms ---------------------------------------------------------------------
+
+
+def tile_reference(q_i, k_j, v_j, do_i, lse_i, delta_i):
+    scale = 1 / math.sqrt(q_i.shape[-1])
+    p = torch.exp(q_i @ k_j.T * scale - lse_i[:, None])  # (b_q, b_k)
+    ds = p * (do_i @ v_j.T - delta_i[:, None])
+    return ds @ k_j * scale, ds.T @ q_i * scale, p.T @ do_i
+
+
+def tile_einsum(q_i, k_j, v_j, do_i, lse_i, delta_i):
+    d = q_i.shape[1]
+    p = torch.einsum("id,jd->ij", q_i / d**0.5, k_j).sub(lse_i.unsqueeze(1)).exp()
+    dp = torch.einsum("id,jd->ij", do_i, v_j)
+    ds = p * (dp - delta_i.unsqueeze(1))
+    return [
+        torch.einsum("ij,jd->id", ds, k_j) / d**0.5,
+        torch.einsum("ij,id->jd", ds, q_i) / d**0.5,
+        torch.einsum("ij,id->jd", p, do_i),
+    ]
+
+
+def tile_numpy(q_i, k_j, v_j, do_i, lse_i, delta_i):
+    q, k, v, do, lse, delta = (t.numpy() for t in (q_i, k_j, v_j, do_i, lse_i, delta_i))
+    qs = q / np.sqrt(q.shape[1])  # the scale folded into q once
+    p = np.exp(qs @ k.T - lse[:, None])
+    ds = p * (do @ v.T - delta[:, None])
+    return ds @ k / np.sqrt(q.shape[1]), ds.T @ qs, p.T @ do
+
+
+def tile_float32(q_i, k_j, v_j, do_i, lse_i, delta_i):
+    args = (t.float() for t in (q_i, k_j, v_j, do_i, lse_i, delta_i))
+    return tuple(g.double() for g in tile_reference(*args))
+
+
+def tile_in_place(q_i, k_j, v_j, do_i, lse_i, delta_i):
+    q_i /= math.sqrt(q_i.shape[-1])  # changes its own copy of the tile only
+    p = torch.exp(q_i @ k_j.T - lse_i[:, None])
+    ds = p * (do_i @ v_j.T - delta_i[:, None])
+    return ds @ k_j / math.sqrt(k_j.shape[-1]), ds.T @ q_i, p.T @ do_i
+
+
+@pytest.mark.parametrize(
+    "fn", [tile_reference, tile_einsum, tile_numpy, tile_float32, tile_in_place]
+)
+def test_check_backward_tile_accepts_correct_forms(capsys, fn):
+    assert check_backward_tile(fn)
+    assert "✓ backward_tile: correct" in verdict(capsys)
+
+
+# backward_tile: mistakes -------------------------------------------------------------------------
+
+
+def tile_with(p_of=None, ds_of=None, dv_of=None, dp_of=None, dq_of=None, g=None, out=None):
+    """The reference with one step replaced: each replacement gets (s, p, dp, ds, tile)."""
+
+    def fn(q_i, k_j, v_j, do_i, lse_i, delta_i):
+        tile = (q_i, k_j, v_j, do_i, lse_i, delta_i)
+        scale = 1 / math.sqrt(q_i.shape[-1])
+        s = q_i @ k_j.T * scale
+        p = p_of(s, tile) if p_of else torch.exp(s - lse_i[:, None])
+        dp = dp_of(tile) if dp_of else do_i @ v_j.T
+        ds = ds_of(p, dp, tile) if ds_of else p * (dp - delta_i[:, None])
+        f = g(scale) if g else scale
+        dq = dq_of(ds, tile) * f if dq_of else ds @ k_j * f
+        dk, dv = ds.T @ q_i * f, dv_of(p, ds, tile) if dv_of else p.T @ do_i
+        return out(dq, dk, dv) if out else (dq, dk, dv)
+
+    return fn
+
+
+def _unscaled(q_i, k_j, v_j, do_i, lse_i, delta_i):
+    p = torch.exp(q_i @ k_j.T - lse_i[:, None])
+    ds = p * (do_i @ v_j.T - delta_i[:, None])
+    return ds @ k_j, ds.T @ q_i, p.T @ do_i
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (tile_with(p_of=lambda s, t: torch.softmax(s, dim=-1)), "normalised within the tile"),
+        (tile_with(p_of=lambda s, t: torch.exp(s)), "forget L"),
+        (
+            tile_with(p_of=lambda s, t: torch.exp(s * math.sqrt(t[0].shape[-1]) - t[4][:, None])),
+            "not scaled when P is rebuilt",
+        ),
+        (tile_with(g=lambda scale: 1.0), "lack the factor 1/√d"),
+        (_unscaled, "no place anywhere"),
+        (tile_with(g=lambda scale: 1 / scale), "multiplied by √d"),
+        (tile_with(ds_of=lambda p, dp, t: p * dp), "forgets D"),
+        (tile_with(ds_of=lambda p, dp, t: dp - t[5][:, None]), "lacks the factor P"),
+        (
+            tile_with(ds_of=lambda p, dp, t: p * (dp - (p * dp).sum(-1, keepdim=True))),
+            "this tile's keys only",
+        ),
+        (tile_with(dv_of=lambda p, ds, t: ds.T @ t[3]), "dV takes the weights"),
+        (tile_with(dp_of=lambda t: t[3] @ t[1].T), "dP = dO Vᵀ"),
+        (tile_with(dq_of=lambda ds, t: ds @ t[2]), "dQ = dS K"),
+        (tile_with(ds_of=lambda p, dp, t: p * (dp - t[5])), "delta_i[:, None]"),
+        (tile_with(out=lambda dq, dk, dv: (dk, dq, dv)), "in the order (dk_j, dq_i, dv_j)"),
+        (tile_with(out=lambda dq, dk, dv: (dq, dk, dv.T)), "dv_j is transposed"),
+        (tile_with(out=lambda dq, dk, dv: (dq, dk)), "a tuple of three"),
+        (tile_with(out=lambda dq, dk, dv: dq), "expected a tuple"),
+        (tile_with(out=lambda dq, dk, dv: (dq.half(), dk.half(), dv.half())), "not float16"),
+        (lambda *tile: None, "not implemented"),
+    ],
+)
+def test_check_backward_tile_rejects_mistakes(capsys, wrong, message):
+    assert not check_backward_tile(wrong)
+    out = verdict(capsys)
+    assert out.startswith("✗ backward_tile:") and message in out, out
