@@ -85,9 +85,10 @@ def test_the_two_layouts_give_equal_scores_once_the_columns_are_permuted():
     pos = torch.arange(12)
     perm = rope_permutation(16)
     s_half = rope(X @ W_q, pos) @ rope(X @ W_k, pos).T
-    s_inter = rope(X @ W_q[:, perm], pos, interleaved=True) @ rope(
-        X @ W_k[:, perm], pos, interleaved=True
-    ).T
+    s_inter = (
+        rope(X @ W_q[:, perm], pos, interleaved=True)
+        @ rope(X @ W_k[:, perm], pos, interleaved=True).T
+    )
     assert (s_half - s_inter).abs().max() < 1e-10
 
 
