@@ -3,7 +3,8 @@
 regenerates `TEST_SUBSET` (seed 0 of copy_back: sinusoidal, RoPE, RoPE + PI without and with
 its fine-tune, under a minute on one core) and compares its accuracies at L, 2L and 4L with the
 cached ones. Training trajectories differ in their last bits from one processor to another, so
-the comparison allows 0.05 (on about 7000 to 32000 predictions per number)."""
+the comparison allows 0.05 (on about 7000 to 32000 predictions per number; under torch's generic
+kernels, ATEN_CPU_CAPABILITY=default, the largest difference measured was 0.008)."""
 
 import numpy as np
 import pytest
