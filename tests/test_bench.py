@@ -140,3 +140,15 @@ def test_binder_walk_keeps_kernels_alive_and_adds_them_up(capsys):
     assert totals[1] > max(kernels) + 10  # both kernels were alive when the second was measured
     assert "| after | 00 | 01 |" in out and "| all live kernels, MB PSS |" in out
     assert binder.markdown([]).startswith("| after |")
+
+
+def test_rope_benchmark_runs_on_tiny_sizes(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "rope", "--shape", "2", "2", "16", "8"]
+    cmd += ["--repeats", "2", "--threads", "1", "--json", str(path)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    row = json.loads(path.read_text())["rope"]
+    assert (row["N"], row["d"]) == (16, 8) and row["ours_ms"] > 0
+    if "ratio" in row:  # transformers installed: same rotation, to float32 rounding
+        assert row["max_abs_difference"] < 1e-5 and row["ratio"] > 0

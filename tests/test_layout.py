@@ -11,9 +11,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "mha_lib"
-CORE = ["attention", "multihead", "pytorch", "block", "conv"]
+CORE = ["attention", "multihead", "pytorch", "block", "conv", "positions"]
 SHARED = ["plot", "diagrams", "example", "_checks"]
-PARTS = ["pretrained", "toy", "efficient"]
+PARTS = ["pretrained", "toy", "efficient", "extrapolation"]
 TOOLS = ["exercises", "bench", "data"]
 
 

@@ -4,10 +4,11 @@
     python -m mha_lib.bench torch   # the PyTorch module vs nn.MultiheadAttention (notebook 04)
     python -m mha_lib.bench efficient  # KV cache, GQA, FlashAttention (notebook 08)
     python -m mha_lib.bench triton  # Triton FlashAttention vs SDPA, on a GPU (notebook 09)
+    python -m mha_lib.bench rope    # rope vs transformers' apply_rotary_pos_emb (notebook 10)
 
 - `timing`: interleaved repeats and medians, shared by all of them;
 - `memory`: peak memory growth of one pass in a fresh process (imports torch);
-- `numpy_mha`, `torch_mha`, `efficient`, `triton`: one benchmark each (all but the first
+- `numpy_mha`, `torch_mha`, `efficient`, `triton`, `rope`: one benchmark each (all but the first
   import torch; `triton` also triton).
 
 Importing this package imports neither numpy's benchmark nor torch; the entry
