@@ -139,6 +139,7 @@ def test_binder_walk_keeps_kernels_alive_and_adds_them_up(capsys):
     assert totals[0] == pytest.approx(kernels[0], abs=1)
     assert totals[1] > max(kernels) + 10  # both kernels were alive when the second was measured
     assert "| after | 00 | 01 |" in out and "| all live kernels, MB PSS |" in out
+    assert "| run time, s |" in out
     assert binder.markdown([]).startswith("| after |")
 
 

@@ -6,7 +6,8 @@ Binder gives the whole session 2 GB. This command opens the notebooks in order (
 and after each notebook prints:
 - this kernel's PSS (proportional set size, the memory a container's limit counts: pages
   shared between kernels are split between them) and its peak resident set size (VmHWM);
-- the PSS of all live kernels together (recomputed each time: sharing changes).
+- the PSS of all live kernels together (recomputed each time: sharing changes);
+- how long the kernel took to start and run every cell (wall time).
 Linux only (it reads /proc/<pid>/smaps_rollup and /proc/<pid>/status).
 
     python -m mha_lib.bench binder [NOTEBOOK ...] [--markdown]
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,18 +66,21 @@ def walk(paths: list[Path], out=print) -> list[dict]:
     rows, alive = [], []
     try:
         for path in paths:
+            start = time.perf_counter()
             km = run_alive(path)
+            seconds = time.perf_counter() - start  # the kernel's start and every cell
             alive.append(km)
             pid = km.provisioner.pid
             row = {
                 "notebook": path.name,
+                "seconds": seconds,
                 "kernel_mb": pss_mb(pid),
                 "peak_mb": peak_mb(pid),
                 "all_mb": sum(pss_mb(k.provisioner.pid) for k in alive),
             }
             rows.append(row)
             out(
-                f"{row['notebook']:<45} kernel {row['kernel_mb']:6.0f} MB PSS  "
+                f"{row['notebook']:<45} {seconds:5.1f} s  kernel {row['kernel_mb']:6.0f} MB PSS  "
                 f"peak {row['peak_mb']:6.0f} MB  all live kernels {row['all_mb']:6.0f} MB"
             )
     finally:
@@ -90,6 +95,7 @@ def markdown(rows: list[dict]) -> str:
     lines = [
         "| after | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(rows),
+        "| run time, s | " + " | ".join(f"{r['seconds']:.0f}" for r in rows) + " |",
         "| this kernel, MB PSS | " + " | ".join(f"{r['kernel_mb']:.0f}" for r in rows) + " |",
         "| its peak, MB RSS | " + " | ".join(f"{r['peak_mb']:.0f}" for r in rows) + " |",
         "| all live kernels, MB PSS | " + " | ".join(f"{r['all_mb']:.0f}" for r in rows) + " |",
