@@ -77,6 +77,7 @@ POSITIONAL_ROLES = ("previous token", "next token", "[CLS]")  # scored on any se
 SPECIAL = ("[CLS]", "[SEP]")
 SPECIAL_COLOUR = "tab:red"  # tick labels of [CLS] and [SEP]
 MAX_TOKENS = 64  # longer sentences make unreadable heatmaps (the model takes 512)
+MAX_WIDTH, MAX_HEIGHT = 14.0, 11.0  # inches: every figure fits a laptop screen at 100 dpi
 VIEWS = ("one head", "a layer", "all heads", "head ranking")
 # the null head that IS a positional role, done perfectly: the baseline is the other nulls
 SELF_NULL = {"previous token": "offset -1", "next token": "offset +1", "[CLS]": "[CLS]"}
@@ -182,19 +183,49 @@ def _mark_special(ax) -> None:
             label.set_color(SPECIAL_COLOUR)
 
 
+def _fit(fig, n_labels: int, ncols: int = 1) -> None:
+    """Shrink a figure to at most MAX_WIDTH x MAX_HEIGHT inches (never enlarge it), and size
+    its tick labels and titles to the room each label then has (between 5 and 10 points)."""
+    width, height = fig.get_size_inches()
+    scale = min(1.0, MAX_WIDTH / width, MAX_HEIGHT / height)
+    fig.set_size_inches(width * scale, height * scale)
+    panel = width * scale / ncols  # inches across one panel, its labels and a margin
+    points = float(np.clip(0.6 * 72 * panel / max(n_labels, 1), 5, 10))
+    for ax in fig.axes:
+        ax.tick_params(labelsize=points)
+        ax.title.set_fontsize(min(points + 2, 11))
+        ax.xaxis.label.set_fontsize(points + 1)
+        ax.yaxis.label.set_fontsize(points + 1)
+
+
 # ---------------------------------------------------------------------------- role scores
 
 
 def parse_link(link) -> tuple[str, ...]:
     """A link as (src, dst) or (src, dst_a, dst_b): from a tuple, or a string "it -> animal"
     (or "it -> animal / street" for a minimal pair whose answer moves)."""
+    example = "'it -> animal' (or 'it -> animal / street' for a minimal pair)"
     if isinstance(link, str):
         if "->" not in link:
-            raise ValueError(f"link {link!r}: expected 'from -> to', e.g. 'it -> animal'")
+            text = link.strip()
+            if not text:
+                hint = "it is empty"
+            elif text[:1] in "([" and text[-1:] in ")]":
+                hint = "a Python tuple typed as text is not read: write the words with an arrow"
+            elif "," in text:
+                hint = "the words are separated by '->', not by a comma"
+            else:
+                hint = "there is no arrow between the two words"
+            raise ValueError(f"link {link!r}: expected 'from -> to' ({hint}), e.g. {example}")
         src, dst = (s.strip() for s in link.split("->", 1))
         parts = (src, *(d.strip() for d in dst.split("/")))
-    else:
+    elif isinstance(link, (tuple, list)):
         parts = tuple(link)
+    else:
+        raise TypeError(
+            f"a link must be a str such as {example} or a tuple ('it', 'animal'); "
+            f"got {type(link).__name__}"
+        )
     if len(parts) not in (2, 3) or not all(isinstance(p, str) and p for p in parts):
         raise ValueError(
             f"link {link!r}: expected (from-word, to-word) or (from-word, to-word in a, "
@@ -227,8 +258,24 @@ def _scores(r: Run, A: Tensor, role) -> Tensor:
 
 
 def _role_name(role) -> str:
+    """The role as shown: a positional role as it is, a link as 'src -> dst'. A name that is
+    neither gets an error listing the roles (notebook 05's link roles need words marked)."""
     if isinstance(role, str) and role in POSITIONAL_ROLES:
         return role
+    if isinstance(role, str) and "->" not in role:
+        from .sentences import ROLES
+
+        hint = ""
+        if role.strip().lower() in ROLES:
+            hint = (
+                f"; {role.strip().lower()!r} is a role of notebook 05's minimal pairs, which "
+                "needs its two words marked on your sentence: write the link, e.g. 'it -> animal'"
+            )
+        raise ValueError(
+            f"role {role!r} is not one of the roles top_heads scores: "
+            f"{', '.join(map(repr, POSITIONAL_ROLES))}, or a link 'from -> to' between two "
+            f"words of your sentence, e.g. 'it -> animal'{hint}"
+        )
     src, *dst = parse_link(role)
     return f"{src} -> {' / '.join(dst)}"
 
@@ -293,6 +340,7 @@ def show_heads(
             M.numpy(), labels, ax=ax, title=f"{head_label(layer, head)}: {habit}", label=colour
         )
         _mark_special(ax)
+        _fit(fig, len(labels))
         return fig
     layers = range(r.num_layers) if layer is None else [layer]
     heads = [(l, i) for l in layers for i in range(r.num_heads)]
@@ -313,6 +361,7 @@ def show_heads(
         )
         for ax in fig.axes[: len(heads)]:
             _mark_special(ax)
+        _fit(fig, len(labels), ncols=4)  # 4 x 3 panels: at most 14 x 11 inches
         return fig
     fig = plot_heads(
         np.stack(mats),
@@ -321,7 +370,7 @@ def show_heads(
         label=colour,
         suptitle="All 72 heads on your sentence: column 0 is [CLS]; look for diagonals",
     )
-    fig.set_size_inches(15, 8.5)
+    fig.set_size_inches(MAX_WIDTH, 8.0)
     for ax in fig.axes[: len(heads)]:
         ax.set(xlabel="", ylabel="", xticks=[], yticks=[])
         ax.title.set_fontsize(8)
@@ -422,6 +471,7 @@ def compare(
         title="What changes: red gains weight in b, blue loses",
     )
     _mark_special(axes[2])
+    _fit(fig, max(len(labels_a), len(labels_b)), ncols=3)
     return Comparison(label, fig, shared, diff, scores)
 
 
@@ -524,9 +574,20 @@ class HeadExplorer:
     one), pick a layer, a head and a view; the figure below redraws with the functions
     above. `redraw()` is what every control calls; `last` holds what it drew."""
 
-    def __init__(self, sentence: str = DEFAULT_SENTENCE, model: MiniLMEncoder | None = None):
+    def __init__(
+        self, sentence: str = DEFAULT_SENTENCE, model: MiniLMEncoder | None = None, pair: str = ""
+    ):
         import ipywidgets as w  # imported here: the library works without it
 
+        for name, value in (("sentence", sentence), ("pair", pair)):
+            if isinstance(value, (tuple, list)):
+                raise TypeError(
+                    f"explorer takes one sentence as {name}; got a {type(value).__name__} of "
+                    f"{len(value)}: for a minimal pair, write explorer(sentence_a, "
+                    "pair=sentence_b), or type the second sentence in the box 'minimal pair'"
+                )
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a str; got {type(value).__name__}")
         self.model = _default_model() if model is None else model
         L, h = len(self.model.layers), self.model.num_heads
         wide = {"description_width": "initial"}
@@ -534,7 +595,7 @@ class HeadExplorer:
             value=sentence, description="sentence", continuous_update=False, style=wide
         )
         self.pair = w.Text(
-            value="",
+            value=pair,
             description="minimal pair (optional)",
             placeholder="the same sentence with one word changed",
             continuous_update=False,
@@ -595,7 +656,9 @@ class HeadExplorer:
         sentence, pair = self.sentence.value, self.pair.value.strip()
         layer, head, view = self.layer.value, self.head.value, self.view.value
         if view == "head ranking":
-            role = self.link.value if self.role.value == "link" else self.role.value
+            role = self.role.value
+            if role == "link":
+                role = parse_link(self.link.value)  # the link box's own message if unreadable
             ranking = top_heads(sentence, role, model=self.model)
             return {
                 "view": view,
@@ -620,25 +683,52 @@ class HeadExplorer:
         return {"view": view, "text": "", "data": np.asarray(data), "figure": fig}
 
     def redraw(self) -> dict:
-        """Redraw into the output area; a bad sentence or link prints its error instead."""
-        from IPython.display import clear_output, display
+        """Redraw into the output area; a bad sentence or link shows its error instead.
 
-        with self.out:
-            clear_output(wait=True)
-            try:
-                drawn = self.draw()
-            except (ValueError, TypeError) as error:
-                drawn = {"view": self.view.value, "text": f"✗ {error}", "data": None}
-                print(drawn["text"])
-            else:
-                if drawn["text"]:
-                    print(drawn["text"])
-                display(drawn["figure"])
-                plt.close(drawn.pop("figure"))
+        The output area's `outputs` are set directly (text, then the figure as a PNG), not
+        captured with `with self.out:`. A capture sends what it prints through the front end:
+        run by nbconvert, the front end (nbclient) then sends the widget's new state back to
+        the kernel as a message, which can still be in the kernel when nbconvert shuts it
+        down, so that the shutdown's interrupt lands inside it ("KeyboardInterrupt caught in
+        kernel"). Set directly, the state goes one way only, in JupyterLab as well.
+        """
+        try:
+            drawn = self.draw()
+        except (ValueError, TypeError) as error:
+            drawn = {"view": self.view.value, "text": f"✗ {error}", "data": None}
+        outputs = []
+        if drawn["text"]:
+            outputs.append(
+                {"output_type": "stream", "name": "stdout", "text": drawn["text"] + "\n"}
+            )
+        figure = drawn.pop("figure", None)
+        if figure is not None:
+            outputs.append(_png_output(figure))
+            plt.close(figure)
+        self.out.outputs = tuple(outputs)
         self.last = drawn
         return drawn
 
 
-def explorer(sentence: str = DEFAULT_SENTENCE, model: MiniLMEncoder | None = None):
-    """The head explorer widget, ready to display (the last line of a cell)."""
-    return HeadExplorer(sentence, model)
+def _png_output(fig) -> dict:
+    """A figure as a notebook display_data output (PNG), for an Output widget's outputs."""
+    import base64
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=fig.dpi)
+    width, height = fig.get_size_inches() * fig.dpi
+    return {
+        "output_type": "display_data",
+        "data": {
+            "image/png": base64.b64encode(buffer.getvalue()).decode("ascii"),
+            "text/plain": f"<Figure size {width:.0f}x{height:.0f}>",
+        },
+        "metadata": {},
+    }
+
+
+def explorer(sentence: str = DEFAULT_SENTENCE, model: MiniLMEncoder | None = None, pair: str = ""):
+    """The head explorer widget, ready to display (the last line of a cell). pair: a second
+    sentence, one word changed, to open on the minimal-pair view of one head."""
+    return HeadExplorer(sentence, model, pair)

@@ -3,6 +3,8 @@
 The same explorer in a real browser: tests/pretrained/test_browser_explorer.py.
 """
 
+import base64
+import re
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -149,6 +151,34 @@ def test_show_heads_figures(r):
     assert len(tokens.axes[0].get_xticklabels()) == 16
 
 
+LONG = (
+    "The quick brown fox jumped over the lazy dog while the farmer in the old red barn "
+    "was sleeping soundly after a long lunch with his three noisy brothers and their friends."
+)
+
+
+@pytest.mark.parametrize("sentence", [S, LONG])
+def test_every_figure_fits_a_screen(model, sentence):
+    """At most 14 x 11 inches (a laptop screen at 100 dpi), with labels that still fit: the
+    layer view of a long sentence was 40 x 31 inches."""
+    r = explore.run(sentence, model)
+    figures = [explore.show_heads(r, 1), explore.show_heads(r, 1, 7), explore.show_heads(r)]
+    figures.append(
+        explore.compare(sentence, sentence.replace("The", "A", 1), 1, 7, model=model).figure
+    )
+    for fig in figures:
+        width, height = fig.get_size_inches()
+        assert width <= explore.MAX_WIDTH + 1e-6 and height <= explore.MAX_HEIGHT + 1e-6
+    layer = figures[0]
+    width = layer.get_size_inches()[0]
+    labels = explore.units(r)[0]
+    size = layer.axes[0].get_xticklabels()[0].get_fontsize()
+    assert 5 <= size <= 10
+    assert size / 72 * len(labels) <= width / 4  # the labels of a panel fit its width
+    if sentence == S:
+        assert width > 12  # a short sentence is not shrunk needlessly
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -159,13 +189,23 @@ def test_show_heads_figures(r):
         (lambda m: explore.show_heads(S, 0, 12, model=m), ValueError, "head = 12; expected"),
         (lambda m: explore.show_heads(S, None, 3, model=m), ValueError, "needs a layer"),
         (lambda m: explore.show_heads(S, 1.0, 3, model=m), TypeError, "layer must be an int"),
-        (lambda m: explore.top_heads(S, "coreference", model=m), ValueError, "from -> to"),
+        (
+            lambda m: explore.top_heads(S, "coreference", model=m),
+            ValueError,
+            "is not one of the roles top_heads scores: 'previous token', 'next token', "
+            "'[CLS]', or a link 'from -> to'",
+        ),
+        (lambda m: explore.top_heads(S, "coreference", model=m), ValueError, "needs its two words"),
+        (lambda m: explore.top_heads(S, "prev token", model=m), ValueError, "'previous token'"),
+        (lambda m: explore.top_heads(S, 3, model=m), TypeError, "a link must be a str"),
+        (lambda m: explore.explorer((S, WIDE), model=m), TypeError, "pair=sentence_b"),
+        (lambda m: explore.explorer(3, model=m), TypeError, "sentence must be a str; got int"),
         (lambda m: explore.top_heads(S, "it -> zebra", model=m), ValueError, "'zebra' occurs 0"),
         (lambda m: explore.top_heads(S, ("it",), model=m), ValueError, "expected (from-word"),
     ],
 )
 def test_bad_input_is_named(model, call, error, message):
-    with pytest.raises(error, match=message.replace("(", r"\(")):
+    with pytest.raises(error, match=re.escape(message)):
         call(model)
 
 
@@ -230,6 +270,44 @@ def test_widget_minimal_pair(widget, model):
     c = explore.compare(S, WIDE, 3, 1, link="it -> animal / street", model=model)
     np.testing.assert_array_equal(widget.last["data"], c.difference.numpy())
     assert widget.last["text"] == str(c)
+
+
+def test_widget_outputs_are_set_not_captured(widget):
+    """The output area's outputs are set directly (no `with out:` capture, whose echo from
+    nbclient made nbconvert's shutdown interrupt land in the kernel): text, then a PNG."""
+    assert widget.out.msg_id == ""
+    assert [o["output_type"] for o in widget.out.outputs] == ["display_data"]
+    png = widget.out.outputs[0]["data"]["image/png"]
+    assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
+    widget.view.value = "head ranking"
+    assert [o["output_type"] for o in widget.out.outputs] == ["stream", "display_data"]
+    assert widget.out.outputs[0]["text"] == widget.last["text"] + "\n"
+    assert plt.get_fignums() == []  # every figure drawn is closed
+
+
+def test_widget_opens_on_a_minimal_pair(model):
+    pytest.importorskip("ipywidgets")
+    w = explore.explorer(S, model=model, pair=WIDE)
+    assert w.last["view"] == "minimal pair" and w.pair.value == WIDE
+
+
+@pytest.mark.parametrize(
+    ("typed", "message"),
+    [
+        ("('it', 'animal')", "a Python tuple typed as text is not read"),
+        ("it, animal", "separated by '->', not by a comma"),
+        ("it animal", "there is no arrow"),
+        ("", "it is empty"),
+    ],
+)
+def test_widget_names_what_is_wrong_with_a_typed_link(widget, typed, message):
+    widget.view.value = "head ranking"
+    widget.role.value = "link"
+    widget.link.value = "it -> animal"
+    widget.link.value = typed
+    assert widget.last["text"].startswith(f"✗ link {typed!r}: expected 'from -> to'")
+    assert message in widget.last["text"] and widget.last["data"] is None
+    assert widget.out.outputs[0]["text"] == widget.last["text"] + "\n"
 
 
 def test_widget_reports_a_bad_sentence_instead_of_failing(widget):

@@ -1,20 +1,31 @@
 """`mha_lib.pretrained.roles` and `mha_lib.pretrained.sentences`: the scores of notebook 05."""
 
+from itertools import pairwise
+
 import pytest
 import torch
 
 from mha_lib.pretrained.encoder import load_minilm, tokenize
 from mha_lib.pretrained.roles import (
+    BAR,
+    BASELINE_NAMES,
+    CREDITED,
+    LINKS,
     NULL_NAMES,
     ablated,
-    beats_nulls,
+    baseline_heads,
+    baseline_patterns,
+    beats_rivals,
     cosine_change,
+    credited_heads,
     head_label,
+    judge,
     next_token_score,
     null_heads,
     null_patterns,
     offset_margin,
     pair_scores,
+    parse_head,
     positional_attention,
     positional_scores,
     previous_token_score,
@@ -28,11 +39,9 @@ from mha_lib.pretrained.roles import (
     word_spans,
     words,
 )
-from mha_lib.pretrained.sentences import PAIRS, ROLES, MinimalPair, sentences, split
+from mha_lib.pretrained.sentences import PAIRS, ROLES, Marked, MinimalPair, sentences, split
 
 RUNNING = "The animal didn't cross the street because it was too tired."
-# every (role, reverse) the notebook scores
-DIRECTIONS = [(role, False) for role in ROLES] + [("negation", True), ("agreement", True)]
 
 
 @pytest.fixture(scope="module")
@@ -150,10 +159,16 @@ def test_wilson_interval_and_the_crediting_rule():
     assert wilson_interval(11, 11) == pytest.approx((0.7412, 1.0), abs=1e-4)
     with pytest.raises(ValueError, match="expected 0 <= k <= n"):
         wilson_interval(3, 2)
-    assert beats_nulls(11, 11, [0, 0, 0])
-    assert not beats_nulls(11, 11, [0, 11, 0])  # a null does as well: no role
-    assert not beats_nulls(7, 11, [0, 0])  # below the 3-in-4 bar
-    assert not beats_nulls(9, 11, [6])  # the interval does not clear the null's rate
+    assert BAR == 0.75
+    assert beats_rivals(20, 20, [0, 0, 0])
+    assert beats_rivals(15, 20, [0, 0])  # the bar, and 0.53 > 0.16 (0 of 20's upper end)
+    assert not beats_rivals(14, 20, [0, 0])  # below the 3-in-4 bar
+    assert not beats_rivals(20, 20, [0, 20, 0])  # a rival does as well: no role
+    # the margin: the head's interval wholly above the best rival's
+    assert wilson_interval(18, 20)[0] < wilson_interval(10, 20)[1] < wilson_interval(19, 20)[0]
+    assert not beats_rivals(18, 20, [10]) and beats_rivals(19, 20, [10])
+    with pytest.raises(ValueError, match="rival_k is empty"):
+        beats_rivals(20, 20, [])
 
 
 def test_offset_margin_separates_what_the_softmax_saturates():
@@ -250,31 +265,145 @@ def marked_head(texts, batch, pairs, reverse=False):
     return A
 
 
-@pytest.mark.parametrize(("role", "reverse"), DIRECTIONS)
-def test_no_null_head_is_credited_with_a_role(role_batch, role, reverse):
+@pytest.fixture(scope="module")
+def rivals(role_batch):
+    """The 6 null heads and the 10 positional baselines on the role sentences: {name: (B, N, N)}."""
+    texts, batch, _ = role_batch
+    mask = batch.attention_mask
+    nulls = dict(zip(NULL_NAMES, null_heads(mask)))
+    return nulls | dict(zip(BASELINE_NAMES, baseline_heads(texts, batch.offsets, mask)))
+
+
+# How many of a link's 80 single sentences each rival gets right (its word is the marked one;
+# rivals not named get none). A pair needs both of its sentences, and no rival gets one pair.
+SENTENCE_HITS = {
+    "coreference: it -> referent": {"offset -2": 40, "word -2": 40},
+    "negation: didn't -> verb": {"offset +1": 20, "word +1": 20, "word +2": 20, "word +3": 40},
+    "negation: verb -> didn't": {
+        "offset -2": 40, "offset -1": 20, "word -3": 40, "word -2": 20, "word -1": 20
+    },
+    "preposition -> object": {
+        "offset +1": 8, "offset +2": 28, "word +1": 8, "word +2": 28, "word +3": 26, "word +4": 18
+    },
+    "agreement: verb -> subject": {"offset -1": 24, "word -4": 24, "word -3": 2, "word -1": 24},
+    "agreement: subject -> verb": {"offset +1": 24, "word +1": 24, "word +3": 2, "word +4": 24},
+    "object: verb -> object": {
+        "offset +1": 8, "offset +2": 28, "word +1": 8, "word +2": 28, "word +3": 26, "word +4": 18
+    },
+    "similarity: noun -> similar": {"word -3": 10, "word +3": 10, "word +4": 10},
+}  # fmt: skip
+
+
+def test_baseline_patterns_point_at_words():
+    offsets = tokenize(RUNNING).offsets[0]
+    N = len(offsets)
+    P = baseline_patterns(RUNNING, offsets, N)
+    assert tuple(P) == BASELINE_NAMES
+    assert BASELINE_NAMES == ("first word", "last word", "word -4", "word -3", "word -2",
+                              "word -1", "word +1", "word +2", "word +3", "word +4")  # fmt: skip
+    for name, M in P.items():
+        assert M.shape == (N, N), name
+        torch.testing.assert_close(M.sum(-1), torch.ones(N))
+    # the, animal, didn't, cross, the, street, because, it, was, too, tired (11 words)
+    assert top_word(P["word -4"], RUNNING, offsets, "because") == "didn't"  # three pieces
+    assert top_word(P["word +1"], RUNNING, offsets, "didn't") == "cross"  # from all three
+    assert top_word(P["word -2"], RUNNING, offsets, "it") == "street"
+    assert top_word(P["last word"], RUNNING, offsets, "it") == "tired"  # not the full stop
+    assert top_word(P["first word"], RUNNING, offsets, "it") == "the"
+    spans = word_spans(RUNNING, offsets)
+    assert word_attention(P["first word"], spans)[7, 0] == 1.0  # the first "the", not the second
+    assert word_attention(P["first word"], spans)[7, 4] == 0.0
+    assert top_word(P["word +4"], RUNNING, offsets, "too") is None  # no such word: a tie
+    assert top_word(P["last word"], RUNNING, offsets, "tired") is None  # only itself
+    with pytest.raises(ValueError, match="expected 1 <= n <= N"):
+        baseline_patterns(RUNNING, offsets, N, N - 1)
+    # a padded batch: the same patterns, no weight on padding
+    texts = [RUNNING, "The cat slept on the mat."]
+    batch = tokenize(texts)
+    stacked = baseline_heads(texts, batch.offsets, batch.attention_mask)
+    assert stacked.shape == (len(BASELINE_NAMES), 2, N, N)
+    n1 = int(batch.attention_mask[1].sum())
+    short = baseline_patterns(texts[1], batch.offsets[1], n1, N)
+    torch.testing.assert_close(stacked[:, 1], torch.stack(list(short.values())))
+    assert stacked[:, 1, :, n1:].sum() == 0
+
+
+@pytest.mark.parametrize("link", list(LINKS))
+def test_no_null_head_or_positional_baseline_is_credited(role_batch, rivals, link):
     texts, batch, A = role_batch
-    nulls = null_heads(batch.attention_mask)  # (nulls, B, N, N)
+    role, reverse = LINKS[link]
+    R = torch.stack(list(rivals.values()))  # (rivals, B, N, N)
+    # single sentences: each rival's word is the marked one in some of them ...
+    singles = [MinimalPair(role, m, m, "one") for p in PAIRS[role] for m in (p.a, p.b)]
+    right, _ = pair_scores(R, texts, batch.offsets, singles, reverse)  # (80, rivals)
+    hits = {name: int(k) for name, k in zip(rivals, right.sum(0)) if k}
+    assert hits == SENTENCE_HITS[link]
+    # ... but in no pair both: the answer moves in every pair
+    right, margin = pair_scores(R, texts, batch.offsets, PAIRS[role], reverse)  # (40, rivals)
+    assert right.shape == margin.shape == (len(PAIRS[role]), len(rivals))
+    assert right.sum() == 0, {name: int(k) for name, k in zip(rivals, right.sum(0))}
+    # the crediting rule, applied to each rival as if it were a head, against all the others
     selection, held_out = split(PAIRS[role])
-    right, margin = pair_scores(nulls, texts, batch.offsets, held_out, reverse)
-    assert right.shape == margin.shape == (len(held_out), len(NULL_NAMES))
-    k_null = right.sum(0).tolist()
-    for name, k in zip(NULL_NAMES, k_null):
-        assert not beats_nulls(k, len(held_out), k_null), name
-    # uniform and [CLS] tie everywhere: no pair right, margin 0
-    assert right[:, [0, 5]].sum() == 0 and margin[:, [0, 5]].abs().max() < 1e-6
-    # only verb -> didn't falls to a fixed offset (-2 lands in "didn't"'s pieces either way)
-    if (role, reverse) == ("negation", True):
-        assert k_null == [0, len(held_out), 0, 0, 0, 0]
-    else:
-        assert sum(k_null) == 0, k_null
-    # a head that does the role gets every pair right, and is credited where nulls fail
+    k_out = pair_scores(R, texts, batch.offsets, held_out, reverse)[0].sum(0).tolist()
+    for j, name in enumerate(rivals):
+        others = k_out[:j] + k_out[j + 1 :]
+        assert not beats_rivals(k_out[j], len(held_out), others), name
+    # a head that does the role gets every pair right, and is credited
     perfect = marked_head(texts, batch, PAIRS[role], reverse)
     right_p, _ = pair_scores(perfect, texts, batch.offsets, held_out, reverse)
-    assert right_p.all()
-    assert beats_nulls(int(right_p.sum()), len(held_out), k_null) == (sum(k_null) == 0)
-    # and the real heads: (P, layers, h), counts between 0 and P
+    assert right_p.all() and beats_rivals(int(right_p.sum()), len(held_out), k_out)
+    # and the real heads: (P, layers, h)
     right_h, _ = pair_scores(A, texts, batch.offsets, selection, reverse)
     assert right_h.shape == (len(selection), 6, 12)
+
+
+def test_the_check_fails_on_pairs_that_end_on_the_object():
+    """The preposition pairs cut after the object, as the first version of 05 wrote them:
+    then the last word IS the object, and the rule credits the "last word" baseline."""
+
+    def cut(m):
+        ws = m.sentence.split(" ")
+        k = next(j for j, w in enumerate(ws) if w.strip(".,").lower() == m.dst)
+        return Marked(" ".join(ws[: k + 1]).rstrip(",") + ".", m.src, m.dst)
+
+    inside = [p for p in PAIRS["preposition"] if words(p.a.sentence)[0] != p.a.src]
+    pairs = [MinimalPair(p.role, cut(p.a), cut(p.b), p.change) for p in inside]
+    texts = list(dict.fromkeys(s for p in pairs for s in (p.a.sentence, p.b.sentence)))
+    assert texts[0] == "The cat slept on the mat." and len(texts) == 2 * len(pairs) == 72
+    batch = tokenize(texts)
+    R = baseline_heads(texts, batch.offsets, batch.attention_mask)
+    held_out = split(pairs)[1]
+    k = pair_scores(R, texts, batch.offsets, held_out)[0].sum(0).tolist()
+    last = BASELINE_NAMES.index("last word")
+    assert k[last] == len(held_out) == 18
+    assert beats_rivals(k[last], 18, k[:last] + k[last + 1 :])  # a shortcut, credited
+    with pytest.raises(ValueError, match="has 2 words; expected at least 3"):
+        short = Marked("Without help.", "without", "help")
+        pair_scores(R, ["Without help."], tokenize("Without help.").offsets, [
+            MinimalPair("preposition", short, short, "one")])  # fmt: skip
+
+
+def test_credited_is_the_verdict_of_the_pairs(role_batch, rivals):
+    """`CREDITED` is what notebook 05 computes: `judge` on every link, then `credited_heads`."""
+    texts, batch, A = role_batch
+    verdicts = {link: judge(A, rivals, texts, batch.offsets, link) for link in LINKS}
+    assert credited_heads(verdicts) == CREDITED
+    assert set(CREDITED) <= set(ROLES)
+    assert not [link for link, v in verdicts.items() if v.credited and LINKS[link][1]]
+    for link, v in verdicts.items():
+        role = LINKS[link][0]
+        assert v.n_sel == v.n_out == 20 and set(v.rivals) == set(NULL_NAMES + BASELINE_NAMES)
+        assert len(v.candidates) == 3 and v.candidates[0] == (v.head, v.k_sel, v.k_out)
+        if v.credited:
+            # it beats the best positional baseline and the best null head on the held-out
+            # pairs, by the stated margin: its interval wholly above theirs
+            best_baseline = max(v.rivals[name] for name in BASELINE_NAMES)
+            best_null = max(v.rivals[name] for name in NULL_NAMES)
+            for best in (best_baseline, best_null):
+                assert v.interval[0] > wilson_interval(best, v.n_out)[1]
+            assert v.k_out >= BAR * v.n_out and CREDITED[role] == parse_head(v.head)
+    with pytest.raises(ValueError, match="is not one of LINKS"):
+        judge(A, rivals, texts, batch.offsets, "coreference")
 
 
 def test_a_summing_rule_would_credit_the_uniform_head():
@@ -299,27 +428,32 @@ def distance(m):
 def test_role_sentences_are_well_formed():
     assert set(PAIRS) == set(ROLES)
     all_texts = sentences()
-    assert len(all_texts) == len(set(all_texts))
+    assert len(all_texts) == len(set(all_texts)) == 480
     for role, pairs in PAIRS.items():
-        assert len(pairs) >= 20, role
+        assert len(pairs) >= 40, role
         selection, held_out = split(pairs)
         assert not {id(p) for p in selection} & {id(p) for p in held_out}
-        assert len(selection) + len(held_out) == len(pairs)
+        assert len(selection) == len(held_out) == len(pairs) // 2
         for pair in pairs:
             assert isinstance(pair, MinimalPair) and pair.role == role
             for m in (pair.a, pair.b):
                 ws = words(m.sentence)
                 assert ws.count(m.src.lower()) == 1 and ws.count(m.dst.lower()) == 1, m
+                # never the first or the last word: those baselines find nothing
+                assert 0 < ws.index(m.dst.lower()) < len(ws) - 1, m
             # the answer moves: a different word, or the same word at another distance
             assert pair.a.dst != pair.b.dst or distance(pair.a) != distance(pair.b), pair
             a, b = pair.a.sentence.split(" "), pair.b.sentence.split(" ")
             if pair.change == "adjective swapped":
                 assert len(a) == len(b) and sum(x != y for x, y in zip(a, b)) == 1, pair
-            elif pair.change == "word inserted":
-                assert len(b) == len(a) + 1
-                assert any(b[:k] + b[k + 1 :] == a for k in range(len(b))), pair
-            elif pair.change == "phrase inserted":
-                assert len(b) > len(a) and a[:2] == b[:2] and a[-2:] == b[-2:], pair
+            elif pair.change == "words inserted":
+                m = len(b) - len(a)
+                assert m >= 1 and any(b[:k] + b[k + m :] == a for k in range(len(b))), pair
+                # inserted between the two marked words
+                assert abs(distance(pair.b)) == abs(distance(pair.a)) + m, pair
             else:
                 assert pair.change == "nouns swapped", pair
                 assert sorted(words(pair.a.sentence)) == sorted(words(pair.b.sentence))
+            for m in (pair.a, pair.b):  # "a", never "a" before a vowel ("a apple")
+                ws = m.sentence.lower().split(" ")
+                assert all(w[0] not in "aeiou" for v, w in pairwise(ws) if v == "a"), m
