@@ -274,6 +274,25 @@ class MultiHeadLatentAttention(nn.Module):
             allowed = torch.ones(n, m, dtype=torch.bool, device=x.device).tril(m - n)  # (n, m)
         if mask is not None:
             allowed = mask if allowed is None else allowed & mask
+        heads = self.attend(q_nope, q_rope, c, k_rope, allowed, absorb)  # (B, h, n, d_V)
+        return self.o_proj(heads.transpose(1, 2).reshape(B, n, -1))  # (B, n, C)
+
+    def attend(
+        self,
+        q_nope: Tensor,
+        q_rope: Tensor,
+        c: Tensor,
+        k_rope: Tensor,
+        allowed: Tensor | None = None,
+        absorb: bool = False,
+    ) -> Tensor:
+        """The heads' outputs (B, h, n, d_V) from queries (B, h, n, d_N), (B, h, n, d_R) and the
+        cached c (B, m, r), k_R (B, m, d_R); allowed: bool, True = may attend, or None.
+
+        plain: up-project c to per-head keys and values, then attention;
+        absorbed: q_N·W_UK into the latent space, scores against c and k_R, mix c, then W_UV.
+        """
+        B, m = c.shape[0], c.shape[1]
         W_UK, W_UV = self.up_weights()  # (h, d_N, r), (h, d_V, r)
         if absorb:
             q_lat = torch.einsum("bhnd,hdr->bhnr", q_nope, W_UK)  # (B, h, n, r)
@@ -284,15 +303,13 @@ class MultiHeadLatentAttention(nn.Module):
                 scores = scores.masked_fill(~allowed, float("-inf"))
             weights = torch.softmax(scores, dim=-1)  # (B, h, n, m)
             o_lat = weights @ c[:, None]  # (B, h, n, r): mixed latents
-            heads = torch.einsum("bhnr,hvr->bhnv", o_lat, W_UV)  # (B, h, n, d_V)
-        else:
-            k_nope = torch.einsum("bmr,hdr->bhmd", c, W_UK)  # (B, h, m, d_N)
-            v = torch.einsum("bmr,hvr->bhmv", c, W_UV)  # (B, h, m, d_V)
-            k_r = k_rope[:, None].expand(B, self.num_heads, m, self.qk_rope_head_dim)
-            k = torch.cat((k_nope, k_r), dim=-1)  # (B, h, m, d_N + d_R)
-            q = torch.cat((q_nope, q_rope), dim=-1)  # (B, h, n, d_N + d_R)
-            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scale)
-        return self.o_proj(heads.transpose(1, 2).reshape(B, n, -1))  # (B, n, C)
+            return torch.einsum("bhnr,hvr->bhnv", o_lat, W_UV)  # (B, h, n, d_V)
+        k_nope = torch.einsum("bmr,hdr->bhmd", c, W_UK)  # (B, h, m, d_N)
+        v = torch.einsum("bmr,hvr->bhmv", c, W_UV)  # (B, h, m, d_V)
+        k_r = k_rope[:, None].expand(B, self.num_heads, m, self.qk_rope_head_dim)
+        k = torch.cat((k_nope, k_r), dim=-1)  # (B, h, m, d_N + d_R)
+        q = torch.cat((q_nope, q_rope), dim=-1)  # (B, h, n, d_N + d_R)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=self.scale)
 
     def cache_numbers_per_token(self) -> int:
         """r + d_R: the numbers one token adds to the cache of this layer."""
