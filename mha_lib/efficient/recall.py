@@ -6,12 +6,13 @@ k_1 v_1 k_2 v_2 ..., then every key again in a new order; after each repeated ke
 must output its value. Answering needs a token far back, found by content: what a small
 cache would have to keep.
 
-Every model has the same body (token, previous-token and learned position embeddings, the
-previous token standing in for the short convolution of Zoology's models so that one layer can
-solve the task; `TRAIN["layers"]` pre-norm blocks of causal self-attention and an MLP; a tied
-read-out); only the attention differs, each variant sized to a cache budget in numbers per
-token per layer (`VARIANTS`): multi-head (2 h d numbers), grouped-query (2 h_kv d),
-multi-query (2 d), and latent (r + d_R, `mla.MultiHeadLatentAttention`).
+Every model has the same body: token, previous-token and learned position embeddings (the
+previous-token embedding does the job of a first layer or a short convolution, so that one
+attention layer can solve the task), `TRAIN["layers"]` pre-norm blocks of causal
+self-attention and an MLP, a tied read-out. Only the attention differs, each variant sized to
+a cache budget in numbers per token per layer (`VARIANTS`): multi-head (2 h d numbers),
+grouped-query (2 h_kv d), multi-query (2 d), and latent (r + d_R,
+`mla.MultiHeadLatentAttention`).
 
 The sweep trains every variant at every budget over `SEEDS` with the same data and steps
 (about 15 minutes on one core, too long for a notebook): `python -m mha_lib.efficient.recall`
