@@ -6,6 +6,7 @@ input dtype, so even in float64 the two agree to float32's precision relative to
 (about 1e-7 · max |output|), not to float64's; the comparisons say so.
 """
 
+import importlib.util
 import itertools
 
 import pytest
@@ -14,19 +15,26 @@ import torch
 from mha_lib.efficient.cache_cost import CacheConfig, cache_bytes
 from mha_lib.efficient.mla import MLACache, MultiHeadLatentAttention, decode_step_cost, rope
 
-transformers = pytest.importorskip("transformers")
-from transformers.models.deepseek_v3.configuration_deepseek_v3 import (  # noqa: E402
-    DeepseekV3Config,
+# transformers is imported only when a test runs: it imports triton, which notebook 09's module
+# must import first (mha_lib.efficient.triton_flash), and tests are all collected before any runs
+needs_transformers = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="transformers is not installed"
 )
-from transformers.models.deepseek_v3.modeling_deepseek_v3 import (  # noqa: E402
-    DeepseekV3Attention,
-    DeepseekV3RotaryEmbedding,
-)
+
+
+def reference():
+    """transformers' DeepseekV3Config, DeepseekV3Attention and DeepseekV3RotaryEmbedding."""
+    from transformers.models.deepseek_v3 import configuration_deepseek_v3 as conf
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as model
+
+    return conf.DeepseekV3Config, model.DeepseekV3Attention, model.DeepseekV3RotaryEmbedding
+
 
 C, H, R, D_N, D_R, D_V = 24, 3, 10, 6, 4, 5
 
 
 def hf_layer(q_lora_rank, interleave, seed=0):
+    DeepseekV3Config, DeepseekV3Attention, _ = reference()
     cfg = DeepseekV3Config(
         hidden_size=C,
         num_attention_heads=H,
@@ -52,12 +60,14 @@ def close(a, b, rel=1e-6):
     assert (a - b).abs().max().item() <= rel * scale, ((a - b).abs().max().item(), scale)
 
 
+@needs_transformers
 @pytest.mark.parametrize(
     "q_lora_rank, interleave, masked, gaps",
     list(itertools.product([None, 7], [True, False], [True, False], [True, False])),
 )
 def test_from_hf_equals_deepseek_v3_attention(q_lora_rank, interleave, masked, gaps):
     cfg, hf = hf_layer(q_lora_rank, interleave)
+    DeepseekV3RotaryEmbedding = reference()[2]
     ours = MultiHeadLatentAttention.from_hf(hf)
     g = torch.Generator().manual_seed(1)
     B, N = 2, 6
@@ -82,8 +92,10 @@ def test_from_hf_equals_deepseek_v3_attention(q_lora_rank, interleave, masked, g
             close(out, ref)
 
 
+@needs_transformers
 def test_unmasked_equals_hf_without_mask():
     cfg, hf = hf_layer(None, True)
+    DeepseekV3RotaryEmbedding = reference()[2]
     ours = MultiHeadLatentAttention.from_hf(hf)
     x = torch.randn(1, 5, C, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     pos = torch.arange(5)[None]
