@@ -121,6 +121,18 @@ def test_efficient_benchmark_runs_on_tiny_sizes(tmp_path):
     assert "recompute_step_peak_mib" in numbers["kv_cache"][1]
 
 
+def test_mla_benchmark_runs_on_tiny_sizes(tmp_path):
+    pytest.importorskip("torch")
+    path = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "mla", "--sizes", "8", "32", "--heads", "2"]
+    cmd += ["--repeats", "1", "--json", str(path)]
+    subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    rows = json.loads(path.read_text())["rows"]
+    assert [r["m"] for r in rows] == [8, 32]
+    assert all(r["max_abs_difference"] < 1e-3 for r in rows)
+    assert all(r["absorbed_flops_per_byte"] > r["plain_flops_per_byte"] for r in rows)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc: Linux only")
 def test_binder_walk_keeps_kernels_alive_and_adds_them_up(capsys):
     """`python -m mha_lib.bench binder` on the two smallest notebooks: one row each, the running

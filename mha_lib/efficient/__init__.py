@@ -1,6 +1,8 @@
-"""Efficient attention from scratch: KV cache, grouped-query attention, FlashAttention, masks.
+"""Efficient attention from scratch: KV cache, grouped-query attention, FlashAttention, masks,
+and smaller caches (latent attention, sliding windows with sinks).
 
-Derived in notebook 08 (and, for `triton_flash`, notebook 09). Read first: `kv_cache`
+Derived in notebook 08 (`triton_flash` in notebook 09; `cache_cost`, `mla`, `sink_cache` and
+`recall` in notebook 11, read after `kv_cache` and `gqa`). Read first: `kv_cache`
 (decoding one token at a time, about 100 lines), then `masks`, `gqa`, and `flash`, the
 tiled algorithm that `triton_flash` turns into GPU kernels. This package imports torch, so
 it is imported explicitly (`from mha_lib.efficient import flash_attention`); `import
@@ -23,7 +25,17 @@ A module per idea:
   skipped and counted (`TileStats`); `hbm_bytes`, the bytes a forward pass moves
   between HBM and the chip, naive or tiled (counted tile by tile);
 - `triton_flash`: the same forward and backward as Triton kernels, run by
-  Triton's interpreter on a CPU (notebook 09; imports triton).
+  Triton's interpreter on a CPU (notebook 09; imports triton);
+- `cache_cost` (notebook 11): cache bytes per token and in total, and the
+  published configurations of real models;
+- `mla` (notebook 11): multi-head latent attention, its latent cache
+  `MLACache`, weight absorption and the cost of one decoding step;
+- `sink_cache` (notebook 11): the rolling cache of S sinks and the last W
+  tokens, beside `KVCache`;
+- `recall` (notebook 11): multi-query associative recall, small models with
+  each attention, and the equal-cache-budget training sweep.
+Notebook 11's modules are imported explicitly
+(`from mha_lib.efficient.mla import MultiHeadLatentAttention`).
 
 Notation: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v);
 h query heads, h_kv key/value heads, g = h / h_kv query heads per group.

@@ -33,5 +33,7 @@ from .nb06 import *  # noqa: F403
 from .nb06 import __all__ as _nb06
 from .nb07 import *  # noqa: F403
 from .nb07 import __all__ as _nb07
+from .nb11 import *  # noqa: F403
+from .nb11 import __all__ as _nb11
 
-__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb06, *_nb07]
+__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb06, *_nb07, *_nb11]

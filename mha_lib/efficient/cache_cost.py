@@ -1,0 +1,109 @@
+"""What a key/value cache costs: bytes per token per layer, and in total, for real models.
+
+Derived in notebook 11. One layer of attention caches, per token,
+- multi-head, grouped-query and multi-query attention: keys and values of the h_kv
+  key/value heads, 2·h_kv·d_head numbers (h_kv = h, h/g or 1);
+- multi-head latent attention: one latent and one shared rotated key, r + d_R numbers;
+- a sliding window of W tokens: the same per token, but never more than W tokens
+  (plus the S sinks a streaming decoder keeps).
+The total for a context of N tokens sums over the layers: N·(per token) for a global layer,
+min(N, W + S)·(per token) for a windowed one, times the bytes per number (2 for the
+bfloat16 these models are served in) and the batch.
+
+`MODELS` holds the published configurations the notebook uses, each written once with its
+source (the model's config.json, read by hand; nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._checks import check_int
+
+__all__ = ["MODELS", "CacheConfig", "cache_bytes", "cache_numbers_per_token"]
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """What decides a model's cache. kind: 'kv' (MHA, GQA, MQA by num_kv_heads) or 'mla'.
+
+    window: the sliding window of the windowed layers (None: every layer global);
+    window_layers: how many of the layers are windowed (default all, when window is set).
+    """
+
+    name: str
+    source: str
+    layers: int
+    kind: str = "kv"
+    num_heads: int = 0
+    num_kv_heads: int = 0
+    head_dim: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    window: int | None = None
+    window_layers: int | None = None
+    bytes_per_number: int = 2
+
+    @property
+    def attention(self) -> str:
+        """MHA, GQA, MQA or MLA, read from the configuration."""
+        if self.kind == "mla":
+            return "MLA"
+        if self.num_kv_heads == self.num_heads:
+            return "MHA"
+        return "MQA" if self.num_kv_heads == 1 else "GQA"
+
+
+def cache_numbers_per_token(cfg: CacheConfig) -> int:
+    """Numbers one token adds to ONE layer's cache: 2·h_kv·d_head, or r + d_R for MLA."""
+    if cfg.kind == "mla":
+        return cfg.kv_lora_rank + cfg.qk_rope_head_dim
+    if cfg.kind != "kv":
+        raise ValueError(f"kind must be 'kv' or 'mla'; got {cfg.kind!r}")
+    return 2 * cfg.num_kv_heads * cfg.head_dim
+
+
+def cache_bytes(cfg: CacheConfig, context: int, batch: int = 1, num_sinks: int = 0) -> int:
+    """Bytes of the whole cache (all layers) after `context` tokens, for `batch` sequences."""
+    N = check_int(context, "context", 0)
+    B = check_int(batch, "batch", 1)
+    check_int(num_sinks, "num_sinks", 0)
+    per_token = cache_numbers_per_token(cfg) * cfg.bytes_per_number
+    if cfg.window is None:
+        return B * cfg.layers * N * per_token
+    windowed = cfg.layers if cfg.window_layers is None else cfg.window_layers
+    kept = min(N, cfg.window + num_sinks)
+    return B * per_token * (windowed * kept + (cfg.layers - windowed) * N)
+
+
+MODELS: dict[str, CacheConfig] = {
+    c.name: c
+    for c in (
+        CacheConfig(
+            "Llama-2-7B", "Llama-2-7b-hf config.json (Touvron et al. 2023)", 32,
+            num_heads=32, num_kv_heads=32, head_dim=128,
+        ),
+        CacheConfig(
+            "Falcon-7B", "falcon-7b config.json (multi_query: true)", 32,
+            num_heads=71, num_kv_heads=1, head_dim=64,
+        ),
+        CacheConfig(
+            "Llama-3-8B", "Meta-Llama-3-8B config.json (Dubey et al. 2024)", 32,
+            num_heads=32, num_kv_heads=8, head_dim=128,
+        ),
+        CacheConfig(
+            "Mistral-7B", "Mistral-7B-v0.1 config.json (sliding_window 4096; Jiang et al. 2023)",
+            32, num_heads=32, num_kv_heads=8, head_dim=128, window=4096,
+        ),
+        CacheConfig(
+            "Gemma-2-9B",
+            "gemma-2-9b config.json (sliding_window 4096 on every other layer; Gemma Team 2024)",
+            42, num_heads=16, num_kv_heads=8, head_dim=256, window=4096, window_layers=21,
+        ),
+        CacheConfig(
+            "DeepSeek-V3",
+            "DeepSeek-V3 config.json (kv_lora_rank 512, qk_rope_head_dim 64; DeepSeek-AI 2024)",
+            61, kind="mla", num_heads=128, kv_lora_rank=512, qk_rope_head_dim=64,
+        ),
+    )
+}  # fmt: skip
