@@ -28,6 +28,33 @@ from .attention import scaled_dot_product_attention
 SCRATCH_BYTES = 16 * 2**20
 
 
+def _blame_a_transposed_input(X: np.ndarray, name: str, readers: dict, W_o) -> None:
+    """Raise if X (..., N, C) looks transposed: every weight that reads it (`readers`, name ->
+    matrix) has X.shape[-2] rows and, for the queries' X, W_o has X.shape[-2] columns, while
+    X.shape[-1] is another number. Then X is the odd one out, not the weights."""
+
+    def size(W, axis: int) -> int | None:  # W.shape[axis] of a matrix; None for anything else
+        try:
+            shape = np.shape(W)
+        except Exception:  # ragged lists: as_float_array reports them below
+            return None
+        return shape[axis] if len(shape) == 2 else None
+
+    n, c = X.shape[-2:]
+    widths = [size(W, 0) for W in readers.values()] + ([size(W_o, 1)] if name == "X" else [])
+    if n != c and all(w == n for w in widths):
+        names = list(readers) + (["W_o"] if name == "X" else [])
+        others = ", ".join(names[:-1]) + " and " + names[-1]
+        what = "(N, C)" if name == "X" else "(M, C_kv)"
+        what = what if X.ndim == 2 else f"(B, {what[1:]}"
+        fix = f"{name}.T" if X.ndim == 2 else f"{name}.transpose(0, 2, 1)"
+        raise ValueError(
+            f"{name} has shape {X.shape}; expected {what}, one token per row: {others} are "
+            f"for {n} features, and {name} has {n} rows, so {name} looks transposed (its "
+            f"tokens are columns): pass {fix}"
+        )
+
+
 def _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask, X_kv=None):
     """Validate and convert the arguments shared by both implementations.
 
@@ -53,6 +80,11 @@ def _check_inputs(X, W_q, W_k, W_v, W_o, num_heads, mask, X_kv=None):
             )
     else:
         X_kv = X
+    if cross:
+        _blame_a_transposed_input(X, "X", {"W_q": W_q}, W_o)
+        _blame_a_transposed_input(X_kv, "X_kv", {"W_k": W_k, "W_v": W_v}, W_o)
+    else:
+        _blame_a_transposed_input(X, "X", {"W_q": W_q, "W_k": W_k, "W_v": W_v}, W_o)
     C, C_kv = X.shape[-1], X_kv.shape[-1]
     Ws = []
     for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):

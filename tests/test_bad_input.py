@@ -53,6 +53,24 @@ MHA_CASES = [
         ValueError,
         r"W_o has shape \(7, 6\); expected \(h\*d_v, C\) with h\*d_v = 6",
     ),
+    # X with its tokens as columns: the weights agree with each other, so X is named (00, cell 9)
+    (
+        {"X": X.T},
+        ValueError,
+        r"X has shape \(6, 5\); expected \(N, C\), one token per row: W_q, W_k, W_v and W_o "
+        r"are for 6 features, and X has 6 rows, so X looks transposed .*: pass X\.T$",
+    ),
+    (
+        {"X": X[None].transpose(0, 2, 1)},
+        ValueError,
+        r"X has shape \(1, 6, 5\); expected \(B, N, C\), .*: pass X\.transpose\(0, 2, 1\)$",
+    ),
+    # ... but a W_q whose rows happen to equal N is still W_q's fault
+    (
+        {"W_q": rng.normal(size=(N, h * d_k))},
+        ValueError,
+        r"W_q has shape \(5, 6\); expected \(C, h\*d_k\) with C = 6 from X",
+    ),
     ({"num_heads": 4}, ValueError, r"num_heads = 4 does not divide the width of W_q, 6"),
     ({"num_heads": 0}, ValueError, r"num_heads must be at least 1; got 0"),
     ({"num_heads": 2.0}, TypeError, r"num_heads must be an int; got float"),
@@ -105,6 +123,17 @@ CROSS_CASES = [
         {"X_kv": rng.normal(size=(C_kv,))},
         ValueError,
         r"X_kv has shape \(4,\); expected \(M, C_kv\)",
+    ),
+    (
+        {"X_kv": X_kv.T},
+        ValueError,
+        r"X_kv has shape \(4, 7\); expected \(M, C_kv\), one token per row: W_k and W_v are "
+        r"for 4 features, and X_kv has 4 rows, so X_kv looks transposed .*: pass X_kv\.T$",
+    ),
+    (
+        {"X": X.T},
+        ValueError,
+        r"X has shape \(6, 5\); expected \(N, C\), one token per row: W_q and W_o are for 6 ",
     ),
     (
         {"W_k": W_k},

@@ -8,7 +8,10 @@
   of the second copy (T <= i < 2T) on key i - T + 1, the token after the previous occurrence.
 
 The references are written in numpy here (tests check that they equal `mha_lib.toy.circuits`),
-so this module does not import torch. The induction test weights are random rows that sum to
+so this module does not import torch at the top. The notebook's own matrices are torch tensors,
+so an answer may be written in either library: each function is called with numpy arrays, and
+when that raises, again with the same arrays as torch tensors (`_call`); its result may be a
+number, a numpy array or a tensor. The induction test weights are random rows that sum to
 1, with N ≠ h ≠ B, so a wrong axis or a wrong diagonal gives a different number.
 """
 
@@ -16,9 +19,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import as_array, checker, close, diagnose, run
+from ._base import as_array, checker, close, diagnose, mismatch, run
 
 __all__ = ["check_induction_score", "check_q_composition"]
+
+
+def _call(fn, *arrays):
+    """run(fn, *arrays) with numpy arrays; if fn raises, again with them as torch tensors
+    (an answer written with torch functions, `.mean(dim=...)`, `torch.linalg.norm`, ...).
+    Returns (result, None) or (None, what went wrong)."""
+    result, problem = run(fn, *arrays)
+    if problem is None or not problem.startswith("your function raised"):
+        return result, problem
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - notebook 06 needs torch anyway
+        return result, problem
+    tensors = [torch.from_numpy(a.copy()) if isinstance(a, np.ndarray) else a for a in arrays]
+    result, torch_problem = run(fn, *tensors)
+    if torch_problem is None or torch_problem == problem:
+        return result, torch_problem
+    raised = torch_problem.removeprefix("your function raised ")
+    return None, f"{problem} with numpy arrays, and {raised} with torch tensors"
 
 
 def _weights(seed: int, B: int, h: int, N: int) -> np.ndarray:
@@ -48,6 +70,9 @@ def _fro(M: np.ndarray) -> float:
 def _composition_mistakes(W_QK: np.ndarray, W_OV: np.ndarray) -> dict[str, np.ndarray]:
     norms = _fro(W_QK) * _fro(W_OV)
     return {
+        "it transposes one of the two circuits (W_OV.T @ W_QK or W_QK.T @ W_OV): what the "
+        "earlier head writes is the row x W_OV, and the query is that row times W_QK, "
+        "(x W_OV) W_QK: use ‖W_OV W_QK‖, no transpose": np.array(_fro(W_OV.T @ W_QK) / norms),
         "that is K-composition, ‖W_QK W_OVᵀ‖: the keys read the earlier head there. The "
         "queries read it from the left, (x W_OV) W_QK: use ‖W_OV W_QK‖": np.array(
             _fro(W_QK @ W_OV.T) / norms
@@ -87,11 +112,13 @@ def check_q_composition(fn):
         rng = np.random.default_rng(20 + seed)
         W_QK, W_OV = _rank_d(rng, C, d), _rank_d(rng, C, d)
         expected = np.array(_fro(W_OV @ W_QK) / (_fro(W_QK) * _fro(W_OV)))
-        result, problem = run(fn, W_QK.copy(), W_OV.copy())
+        result, problem = _call(fn, W_QK, W_OV)
         if problem is None:
             got, problem = as_array(result, (), "one number")
             if problem is None and not close(got, expected):
-                problem = diagnose(got, _composition_mistakes(W_QK, W_OV)) or "wrong value"
+                problem = diagnose(got, _composition_mistakes(W_QK, W_OV)) or mismatch(
+                    got, expected, "‖W_OV W_QK‖_F / (‖W_QK‖_F ‖W_OV‖_F), one number"
+                )
         if problem is not None:
             break
     return problem
@@ -134,13 +161,17 @@ def check_induction_score(fn):
         A = _weights(10 + seed, B, h, 2 * T)
         rows = np.arange(T, 2 * T)
         expected = A[:, :, rows, rows - T + 1].mean(axis=(0, 2))  # (h,)
-        result, problem = run(fn, A.copy(), T)
+        result, problem = _call(fn, A, T)
         if problem is None:
             got, problem = as_array(result, (h,))
             if problem is not None and np.asarray(result, dtype=object).shape == (B, h):
                 problem = f"expected shape {(h,)}; got {(B, h)}: average over the batch too"
             if problem is None and not close(got, expected):
-                problem = diagnose(got, _induction_mistakes(A, T)) or "wrong values"
+                problem = diagnose(got, _induction_mistakes(A, T)) or mismatch(
+                    got,
+                    expected,
+                    "per head, the mean of A[b, head, i, i - T + 1] over b and T <= i < 2T",
+                )
         if problem is not None:
             break
     return problem

@@ -1,12 +1,16 @@
 """The checkers of notebook 06 accept right answers and name the usual mistakes."""
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
+from mha_lib import exercises
 from mha_lib.exercises import check_induction_score, check_q_composition
 from mha_lib.exercises.nb06 import _composition_mistakes, _rank_d
-from mha_lib.toy.circuits import q_composition
+from mha_lib.toy.circuits import induction_score, q_composition
 
 
 def verdict(capsys) -> str:
@@ -50,6 +54,16 @@ def test_check_q_composition_accepts_correct_forms(capsys):
         lambda W_QK, W_OV: q_composition(torch.tensor(W_QK), torch.tensor(W_OV))
     )
     assert "✓" in verdict(capsys)
+    # written for torch tensors (the notebook's qk_circuit and ov_circuit are tensors): numpy
+    # arrays make torch.linalg.norm raise, so the checker calls it again with tensors
+    assert check_q_composition(
+        lambda W_QK, W_OV: (
+            torch.linalg.norm(W_OV @ W_QK) / (torch.linalg.norm(W_QK) * torch.linalg.norm(W_OV))
+        )
+    )
+    assert "✓" in verdict(capsys)
+    assert check_q_composition(lambda W_QK, W_OV: q_composition(W_QK, W_OV))
+    assert "✓" in verdict(capsys)
 
 
 def test_the_q_composition_mistakes_are_distinct_on_the_test_matrices():
@@ -77,12 +91,34 @@ def test_the_q_composition_mistakes_are_distinct_on_the_test_matrices():
         (lambda W_QK, W_OV: fro(W_OV * W_QK) / (fro(W_QK) * fro(W_OV)), "element-wise"),
         (lambda W_QK, W_OV: np.sum(W_OV * W_QK) / (fro(W_QK) * fro(W_OV)), "cosine"),
         (lambda W_QK, W_OV: fro(W_OV @ W_OV) / fro(W_OV) ** 2, "uses W_OV twice"),
+        (lambda W_QK, W_OV: fro(W_OV.T @ W_QK) / (fro(W_QK) * fro(W_OV)), "W_OV.T @ W_QK"),
+        (lambda W_QK, W_OV: fro(W_QK.T @ W_OV) / (fro(W_QK) * fro(W_OV)), "transposes one of"),
+        # a K-composition written the other way round is the same number: named as such
+        (lambda W_QK, W_OV: fro(W_OV @ W_QK.T) / (fro(W_QK) * fro(W_OV)), "K-composition"),
+        # mistakes written with torch functions get the same messages
+        (
+            lambda W_QK, W_OV: (
+                torch.linalg.norm(W_QK @ W_OV.T)
+                / (torch.linalg.norm(W_QK) * torch.linalg.norm(W_OV))
+            ),
+            "K-composition",
+        ),
+        (lambda W_QK, W_OV: torch.linalg.norm(W_OV @ W_QK), "not normalised"),
+        (
+            lambda W_QK, W_OV: 0.5 + fro(W_OV @ W_QK) / (fro(W_QK) * fro(W_OV)),
+            "wrong values: expected ‖W_OV W_QK‖_F / (‖W_QK‖_F ‖W_OV‖_F)",
+        ),
         (
             lambda W_QK, W_OV: np.array([fro(W_OV @ W_QK) / (fro(W_QK) * fro(W_OV))]),
             "expected shape ()",
         ),
         (lambda W_QK, W_OV: None, "not implemented"),
         (lambda W_QK, W_OV: 1 / 0, "raised ZeroDivisionError"),
+        (
+            lambda W_QK, W_OV: W_OV.norm_of(W_QK),
+            "raised AttributeError: 'numpy.ndarray' object has no attribute 'norm_of' with "
+            "numpy arrays, and AttributeError: 'Tensor' object",
+        ),
     ],
 )
 def test_check_q_composition_rejects_mistakes(capsys, wrong, message):
@@ -110,6 +146,13 @@ def test_check_induction_score_accepts_correct_forms(capsys):
         lambda A, T: np.mean([A[:, :, i, i - T + 1] for i in range(T, 2 * T)], axis=(0, 1))
     )
     assert "✓" in verdict(capsys)
+    # written for torch tensors, as the notebook's weights are: `dim=` makes numpy raise
+    assert check_induction_score(
+        lambda A, T: A.diagonal(offset=1 - T, dim1=-2, dim2=-1)[..., 1 : T + 1].mean(dim=(0, 2))
+    )
+    assert "✓" in verdict(capsys)
+    assert check_induction_score(lambda A, T: induction_score(A, T))
+    assert "✓" in verdict(capsys)
 
 
 @pytest.mark.parametrize(
@@ -129,6 +172,14 @@ def test_check_induction_score_accepts_correct_forms(capsys):
             lambda A, T: A[:, :, np.arange(T, 2 * T), np.arange(1, T + 1)].mean(axis=2),
             "average over the batch",
         ),
+        (
+            lambda A, T: A[:, :, torch.arange(T, 2 * T), torch.arange(0, T)].mean(dim=(0, 2)),
+            "previous occurrence itself",
+        ),
+        (
+            lambda A, T: A[:, :, T:, :].mean(axis=(0, 2, 3)),
+            "wrong values: expected per head, the mean of A[b, head, i, i - T + 1]",
+        ),
         (lambda A, T: None, "not implemented"),
     ],
 )
@@ -136,3 +187,28 @@ def test_check_induction_score_rejects_mistakes(capsys, wrong, message):
     assert not check_induction_score(wrong)
     out = verdict(capsys)
     assert out.startswith("✗ induction_score:") and message in out
+
+
+# the notebook ------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("path", "count"),
+    [
+        ("notebooks/06_heads_that_learn.ipynb", 2),
+        ("solutions/06_heads_that_learn_solutions.ipynb", 5),
+    ],
+)
+def test_a_checker_cell_prints_its_verdict_once(path, count):
+    """Every checker call assigns its True or False (`passed = check_...(...)`), so that Jupyter
+    does not echo it under the ✓ or ✗ line."""
+    cells = [c for c in json.loads((ROOT / path).read_text())["cells"] if c["cell_type"] == "code"]
+    calls = [c for c in cells if any(line.startswith("passed = check_") for line in c["source"])]
+    assert len(calls) == count
+    for cell in calls:
+        assert not any(o["output_type"] == "execute_result" for o in cell["outputs"])
+    checkers = tuple(f"{name}(" for name in exercises.__all__)
+    for cell in cells:
+        assert not any(line.startswith(checkers) for line in cell["source"]), cell["source"]
