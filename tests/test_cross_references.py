@@ -29,7 +29,7 @@ LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]*)\)")
 SECTIONS = rf"(?:§|\b[Ss]ections?\s+)({NUMBER})(?:\s*(?:–|-|and|to)\s*({NUMBER}))?"
 # (pattern, group of the notebook number, group of the first section, group of the last)
 CROSS = [
-    (re.compile(rf"\bnotebooks?\s+(\d\d),?\s*{SECTIONS}"), 1, 2, 3),
+    (re.compile(rf"\b[Nn]otebooks?\s+(\d\d),?\s*{SECTIONS}"), 1, 2, 3),
     (re.compile(rf"{SECTIONS}\s+of\s+(?:notebook\s+)?(\d\d)\b"), 3, 1, 2),
     (re.compile(rf"\b(\d\d) · [^()\n]{{1,60}}?\((?:its\s+)?{SECTIONS}"), 1, 2, 3),
 ]

@@ -1,9 +1,12 @@
 """Every checker of every notebook prints exactly one line, returns a bool and never raises,
 whatever the function under test returns or does."""
 
+import ast
 import importlib
 import importlib.util
+import json
 import pkgutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,9 +87,31 @@ def test_no_two_notebooks_export_the_same_checker_name():
     # every checker is importable from mha_lib.exercises, except those of the modules that
     # import torch (nb09: and triton) as they load (imported explicitly by their notebooks)
     explicit = [
-        mod for mod in MODULES if mod.__name__.rsplit(".", 1)[1] in ("nb04", "nb08", "nb09")
+        mod for mod in MODULES if mod.__name__.rsplit(".", 1)[1] in ("nb04", "nb08", "nb09", "nb10")
     ]
-    assert len(explicit) == 2 + HAS_TRITON
+    assert len(explicit) == 3 + HAS_TRITON
     assert set(names) - {n for mod in explicit for n in mod.__all__} <= set(
         mha_lib.exercises.__all__
     )
+
+
+NOTEBOOKS = sorted(
+    p
+    for folder in ("notebooks", "solutions")
+    for p in (Path(__file__).resolve().parents[2] / folder).glob("[0-9][0-9]_*.ipynb")
+)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_checker_cell_echoes_its_verdict(path):
+    """A cell ending in a bare `check_...(...)` makes Jupyter echo True or False under the ✓ or ✗
+    line: every checker call assigns its verdict (`passed = check_...(...)`)."""
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        tree = ast.parse("".join(cell["source"]))
+        last = tree.body[-1] if tree.body else None
+        if isinstance(last, ast.Expr) and isinstance(last.value, ast.Call):
+            func = last.value.func
+            name = getattr(func, "id", getattr(func, "attr", ""))
+            assert not name.startswith("check"), f"{path.name}: {''.join(cell['source'])[:80]}"
