@@ -115,3 +115,5 @@ def test_no_checker_cell_echoes_its_verdict(path):
             func = last.value.func
             name = getattr(func, "id", getattr(func, "attr", ""))
             assert not name.startswith("check"), f"{path.name}: {''.join(cell['source'])[:80]}"
+        if "passed = check_" in "".join(cell["source"]):
+            assert not any(o["output_type"] == "execute_result" for o in cell["outputs"])
