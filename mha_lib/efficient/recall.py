@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..stats import T975
 from .mla import MultiHeadLatentAttention
 
 __all__ = [
@@ -315,9 +316,6 @@ def sweep_table(sweep: dict) -> dict[tuple[int, str], list[float]]:
     return table
 
 
-T_975 = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776, 6: 2.571, 7: 2.447, 8: 2.365, 9: 2.306, 10: 2.262}
-
-
 def sweep_summary(sweep: dict) -> dict[tuple[int, str], dict]:
     """Per (budget, variant): mean accuracy, its 95 % t-interval over the seeds (clipped to
     [0, 1]), how many seeds solved the task (accuracy >= 0.9), the parameter count."""
@@ -327,7 +325,7 @@ def sweep_summary(sweep: dict) -> dict[tuple[int, str], dict]:
         n = len(accs)
         mean = sum(accs) / n
         sd = (sum((a - mean) ** 2 for a in accs) / (n - 1)) ** 0.5 if n > 1 else 0.0
-        half = T_975.get(n, 1.96) * sd / n**0.5
+        half = T975.get(n - 1, 1.96) * sd / n**0.5
         out[key] = {
             "mean": mean,
             "low": max(0.0, mean - half),

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..stats import T975  # Student's t quantiles, by degrees of freedom
 from .model import SCHEMES, TinyCausal, loss_and_accuracy
 from .tasks import TASKS, batch
 
@@ -206,10 +207,6 @@ def load_sweep(path: Path = SWEEP_FILE) -> dict:
 def summary(sweep: dict, task: str, variant: str) -> np.ndarray:
     """(seeds, 3) accuracies at L, 2L, 4L of one variant."""
     return np.array([ev["acc"] for ev in sweep[task][variant]])
-
-
-# 97.5 % quantiles of Student's t with s - 1 degrees of freedom (s seeds)
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 
 
 def seed_interval(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

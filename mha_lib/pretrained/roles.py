@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..stats import wilson_interval
 from .encoder import EncoderOutput, MiniLMEncoder, mean_pool
 from .sentences import PAIRS, split
 
@@ -347,16 +348,6 @@ def pair_scores(
         right.append((m[0] > TIE) & (m[1] > TIE))
         margin.append((m[0] + m[1]) / 2)
     return torch.stack(right), torch.stack(margin)  # (P, ...) each
-
-
-def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval (95 % for z = 1.96) for k successes in n trials."""
-    if n <= 0 or not 0 <= k <= n:
-        raise ValueError(f"k = {k}, n = {n}; expected 0 <= k <= n and n >= 1")
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 # ---------------------------------------------------------------------------- positional baselines

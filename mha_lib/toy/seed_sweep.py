@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..stats import wilson_interval
 from .circuits import (
     duplicate_token_score,
     induction_score,
@@ -370,20 +371,6 @@ def sweep_claims(sweep: dict, ln_v: float) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------- frequencies
-
-
-def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval (95 % for z = 1.96) of a frequency k / n.
-
-    Unlike k/n ± z·sqrt(p(1-p)/n) it stays inside [0, 1] and does not shrink to a point when k
-    is 0 or n: 50 of 50 seeds gives (0.93, 1.0), not "always".
-    """
-    if not 0 <= k <= n or n < 1:
-        raise ValueError(f"expected 0 <= k <= n and n >= 1; got k = {k}, n = {n}")
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def frequency(k: int, n: int, what: str = "seeds") -> str:
