@@ -1,17 +1,18 @@
 """A small, seeded training loop, and the two trainings of notebook 06.
 
-`train` runs Adam for a fixed number of steps on batches drawn from a seeded
-`torch.Generator`, with torch's intra-op threads set to `threads` (1 by default) for the
-duration of the call and restored afterwards. What that makes repeatable, and what not: on
-one machine, with the same threads and the same numeric kernels, the same seed gives the same
-loss curve, float for float, on every run. A different processor (or kernels chosen for a
-different instruction set, e.g. `ATEN_CPU_CAPABILITY=default`) rounds some sums differently, and
-training amplifies those last-bit differences: the run follows a slightly different trajectory,
-so its losses, accuracies and scores differ a little (and a borderline seed may end up on the
-other side of a threshold). Claims about trained models are therefore asserted with margins,
-and over several seeds (`seed_sweep`). It returns the curves the loss function reports and,
-when asked, snapshots of the model taken during training (`record`, `record_steps`): what
-notebook 06 shows as "watch the head form".
+`train` runs Adam (`mha_lib.optim.Adam`: torch.optim.Adam's steps, float for float) for a fixed
+number of steps on batches drawn from a seeded `torch.Generator`, with torch's intra-op threads
+set to `threads` (1 by default) for the duration of the call and restored afterwards. What that
+makes repeatable, and what not: on one machine, with the same threads and the same numeric
+kernels, the same seed gives the same loss curve, float for float, on every run. A different
+processor (or kernels chosen for a different instruction set, e.g.
+`ATEN_CPU_CAPABILITY=default`) rounds some sums differently, and training amplifies those
+last-bit differences: the run follows a slightly different trajectory, so its losses, accuracies and
+scores differ a little (and a borderline seed may end up on the other side of a threshold).
+Claims about trained models are therefore asserted with margins, and over several seeds
+(`seed_sweep`). It returns the curves the loss function reports and, when asked, snapshots of
+the model taken during training (`record`, `record_steps`): what notebook 06 shows as "watch the
+head form".
 
 `train_committee` (Part 1) and `train_induction` (Part 2) are the exact trainings the notebook
 runs, with their settings in `COMMITTEE` and `INDUCTION`; the losses and accuracies they use
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..optim import Adam
 from .models import AttentionOnly, Committee
 from .tasks import IGNORE, relations_batch, repeated_block_batch
 
@@ -78,7 +80,7 @@ def train(
     torch.set_num_threads(threads)
     try:
         gen = torch.Generator().manual_seed(seed)
-        optimiser = torch.optim.Adam(model.parameters(), lr=lr)
+        optimiser = Adam(model.parameters(), lr=lr)  # torch.optim.Adam's steps, lighter import
         history: dict = {"loss": []}
         snapshots: dict[int, Tensor] = {}
 
