@@ -42,6 +42,9 @@ __all__ = [
     "conv_weight_to_attention",
     "grid_positions",
     "kernel_shifts",
+    "macs_attention",
+    "macs_construction",
+    "macs_conv",
     "relative_position_scores",
 ]
 
@@ -205,3 +208,27 @@ def attention_conv2d(
     if bias is not None:
         out = out + bias  # (B, N, C_out)
     return out.transpose(1, 2).reshape(B, C_out, H, W)  # (B, C_out, H, W)
+
+
+# ---------------------------------------------------------------------------- what each costs
+
+
+def macs_conv(side: int, C: int, k: int) -> int:
+    """Multiply-adds of a k×k convolution, C channels in and out, on a side×side image
+    (padded to keep its size): HW·k²C²."""
+    return side * side * k * k * C * C
+
+
+def macs_attention(side: int, C: int, heads: int) -> int:
+    """Multiply-adds of content attention over the side×side pixels, `heads` heads of
+    d_k = d_v = C/heads, no bias: 4·HW·C² (W_Q, W_K, W_V, W_O) + h·(HW)²·(d_k + d_v)."""
+    N = side * side
+    return 4 * N * C * C + heads * N * N * 2 * (C // heads)
+
+
+def macs_construction(side: int, C: int, k: int) -> int:
+    """Multiply-adds of `attention_conv2d` (k² heads of d_k = 1, d_v = C) on a side×side image,
+    M = (side + 2r)² padded pixels: M·C·k²C (values) + k²·HW·M·(1 + C) (scores and weighted sums)
+    + HW·k²C² (W_O). tests/test_conv.py checks all three against torch's FlopCounterMode."""
+    N, M, h = side * side, (side + 2 * (k // 2)) ** 2, k * k
+    return M * C * h * C + h * N * M * (1 + C) + N * h * C * C

@@ -14,6 +14,9 @@ from mha_lib.conv import (
     conv_weight_to_attention,
     grid_positions,
     kernel_shifts,
+    macs_attention,
+    macs_construction,
+    macs_conv,
     relative_position_scores,
 )
 
@@ -232,3 +235,29 @@ def test_plot_pixel_heads_draws_one_map_per_head():
     plt.close(fig)
     with pytest.raises(ValueError, match=r"W has shape \(5, 6\)"):
         plot_pixel_heads(maps[0])
+
+
+@pytest.mark.parametrize(
+    "side, C, k, heads", [(8, 16, 3, 4), (16, 16, 3, 4), (5, 6, 3, 3), (7, 4, 5, 2)]
+)
+def test_cost_formulas_equal_torchs_flop_count(side, C, k, heads):
+    # notebook 07 §6's three formulas, against the matrix products torch actually runs
+    # (FlopCounterMode counts 2 FLOPs per multiply-add); not run in the notebook, since
+    # importing it brings torch's compiler into the kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from mha_lib.pytorch import MultiHeadAttention
+
+    def flops(fn):
+        with FlopCounterMode(display=False) as counter:
+            fn()
+        return counter.get_total_flops()
+
+    torch.manual_seed(0)
+    img = torch.randn(1, C, side, side)  # (1, C, H, W)
+    w = torch.randn(C, C, k, k)
+    tokens = img.flatten(2).transpose(1, 2)  # (1, N, C)
+    mha = MultiHeadAttention(C, heads, bias=False)
+    assert flops(lambda: F.conv2d(img, w, padding=k // 2)) == 2 * macs_conv(side, C, k)
+    assert flops(lambda: mha(tokens, need_weights=True)) == 2 * macs_attention(side, C, heads)
+    assert flops(lambda: attention_conv2d(img, w)) == 2 * macs_construction(side, C, k)
