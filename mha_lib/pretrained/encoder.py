@@ -58,6 +58,7 @@ __all__ = [
     "load_minilm",
     "load_tokenizer",
     "mean_pool",
+    "run_in_chunks",
     "tokenize",
 ]
 
@@ -221,6 +222,39 @@ class MiniLMEncoder(nn.Module):
             if w is not None:
                 attentions.append(w)  # (B, h, N, N)
         return EncoderOutput(tuple(hidden), tuple(attentions))
+
+
+def run_in_chunks(
+    model: MiniLMEncoder,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    head_mask: Tensor | None = None,
+    chunk: int = 40,
+) -> EncoderOutput:
+    """`model(input_ids, attention_mask, head_mask=head_mask)` without gradients, `chunk`
+    sentences at a time: the same EncoderOutput, for a memory cost of what it returns.
+
+    Every hidden state and attention weight is written into one tensor allocated up front,
+    (layers + 1, B, N, C) and (layers, B, h, N, N), so the activations of only `chunk` sentences
+    exist at any time (run whole, 480 sentences need about 200 MB of them in notebook 05), and
+    the returned tensors are views of those two blocks, freed together when the last view goes.
+    """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be a positive int; got {chunk!r}")
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; expected (B, N)")
+    (B, N), L, h = input_ids.shape, len(model.layers), model.num_heads
+    C = model.embeddings.word_embeddings.embedding_dim
+    like = model.embeddings.word_embeddings.weight
+    hidden = torch.empty(L + 1, B, N, C, dtype=like.dtype, device=like.device)
+    attentions = torch.empty(L, B, h, N, N, dtype=like.dtype, device=like.device)
+    with torch.no_grad():
+        for b0 in range(0, B, chunk):
+            part = slice(b0, b0 + chunk)
+            out = model(input_ids[part], attention_mask[part], head_mask=head_mask)
+            hidden[:, part] = torch.stack(out.hidden_states)  # (L + 1, chunk, N, C)
+            attentions[:, part] = torch.stack(out.attentions)  # (L, chunk, h, N, N)
+    return EncoderOutput(tuple(hidden.unbind(0)), tuple(attentions.unbind(0)))
 
 
 def _mapping(num_layers: int) -> dict[str, list[str]]:

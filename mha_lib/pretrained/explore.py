@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..memory import release_freed_memory
 from ..plot import plot_attention, plot_heads
 from .encoder import MiniLMEncoder, load_minilm, tokenize
 from .roles import (
@@ -705,6 +706,9 @@ class HeadExplorer:
         if figure is not None:
             outputs.append(_png_output(figure))
             plt.close(figure)
+            # each redraw frees a figure (up to 14 x 11 in): hand its memory back, or a learner
+            # trying many sentences leaves it in the kernel (mha_lib.memory)
+            release_freed_memory()
         self.out.outputs = tuple(outputs)
         self.last = drawn
         return drawn

@@ -48,7 +48,7 @@ import torch
 from torch import Tensor
 
 from ..stats import wilson_interval
-from .encoder import EncoderOutput, MiniLMEncoder, mean_pool
+from .encoder import EncoderOutput, MiniLMEncoder, mean_pool, run_in_chunks
 from .sentences import PAIRS, split
 
 if TYPE_CHECKING:
@@ -620,13 +620,13 @@ def ablated(
     model: MiniLMEncoder, input_ids: Tensor, attention_mask: Tensor, heads: list[tuple[int, int]]
 ) -> EncoderOutput:
     """Run the model with the given heads (layer, head) removed: their outputs are zeroed
-    before W_O (head_mask 0), everything else unchanged."""
+    before W_O (head_mask 0), everything else unchanged (`run_in_chunks`: a few sentences at a
+    time, into preallocated outputs)."""
     L, h = len(model.layers), model.num_heads
     head_mask = torch.ones(L, h)  # (layers, h)
     for layer, head in heads:
         head_mask[layer, head] = 0.0
-    with torch.no_grad():
-        return model(input_ids, attention_mask, head_mask=head_mask)
+    return run_in_chunks(model, input_ids, attention_mask, head_mask=head_mask)
 
 
 def cosine_change(base: EncoderOutput, other: EncoderOutput, attention_mask: Tensor) -> Tensor:
