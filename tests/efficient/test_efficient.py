@@ -591,6 +591,36 @@ def test_alibi_as_sdpa_float_mask_equals_numpy_core_scores():
     np.testing.assert_allclose(out.numpy(), weights @ v.numpy(), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("N, M", [(3, 7), (1, 5), (4, 4), (6, 9)])
+def test_bottom_right_mask_is_torchs_causal_lower_right(N, M):
+    # notebook 08 §8 compares with this mask written out; torch's own is here (importing
+    # torch.nn.attention.bias loads torch's compiler stack, which the notebook avoids)
+    from torch.nn.attention.bias import causal_lower_right
+
+    q, k, v = qkv(2, 3, N, M, 4, 4, seed=11, dtype=torch.float64)
+    ours, _ = flash_attention(
+        q, k, v, block_q=2, block_k=3, mask_mod=bottom_right_causal_mask_mod(N, M)
+    )
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(N, M))
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    written_out = torch.ones(N, M, dtype=torch.bool).tril(M - N)  # the notebook's form
+    assert torch.equal(torch.from_numpy(bottom_right_causal_mask(N, M)), written_out)
+
+
+def test_flex_attention_runs_the_combined_document_mask_of_notebook_08():
+    flex = pytest.importorskip("torch.nn.attention.flex_attention")
+    q, k, v = qkv(1, 4, 11, 11, 8, 8, seed=12, dtype=torch.float32)
+    ids = np.array([0] * 6 + [1] * 5)
+    mod = flex.and_masks(document_mask_mod(torch.from_numpy(ids)), causal_mask_mod)
+    mask = document_mask(ids) & mha_lib.causal_mask(11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "called without torch.compile": the unfused path
+        block_mask = flex.create_block_mask(mod, None, None, 11, 11, device="cpu")
+        out = flex.flex_attention(q, k, v, block_mask=block_mask)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=torch.from_numpy(mask))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_flex_attention_eager_on_the_cpu_equals_sdpa():
     flex = pytest.importorskip("torch.nn.attention.flex_attention")
     q, k, v = qkv(1, 4, 16, 16, 8, 8, seed=6, dtype=torch.float32)
