@@ -17,6 +17,7 @@ from mha_lib.pretrained.encoder import (
     find_model_dir,
     load_minilm,
     mean_pool,
+    run_in_chunks,
     tokenize,
 )
 from mha_lib.pytorch import MultiHeadAttention
@@ -166,3 +167,41 @@ def test_config_is_the_published_one():
         6,
     )
     assert config["layer_norm_eps"] == 1e-12 and config["hidden_act"] == "gelu"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 40])
+def test_run_in_chunks_is_the_whole_batch_run(ours, batch, chunk):
+    # 3 sentences padded to one length: chunks of 1, 2 (one left over), 3 and more than B
+    head_mask = torch.ones(6, 12)
+    head_mask[2, 5] = 0.0
+    with torch.no_grad():
+        whole = ours(batch.input_ids, batch.attention_mask, head_mask=head_mask)
+    parts = run_in_chunks(ours, batch.input_ids, batch.attention_mask, head_mask, chunk=chunk)
+    assert len(parts.hidden_states) == 7 and len(parts.attentions) == 6
+    for a, b in zip(whole.hidden_states + whole.attentions, parts.hidden_states + parts.attentions):
+        assert a.shape == b.shape
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)  # row by row: one GEMM size
+    # the returned tensors are views of two blocks: one for hidden states, one for weights
+    assert len({t.untyped_storage().data_ptr() for t in parts.hidden_states}) == 1
+    assert len({t.untyped_storage().data_ptr() for t in parts.attentions}) == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"chunk": 0}, "chunk must be a positive int; got 0"),
+        ({"chunk": 2.0}, "chunk must be a positive int; got 2.0"),
+        ({"chunk": True}, "chunk must be a positive int"),
+    ],
+)
+def test_run_in_chunks_names_a_bad_chunk(ours, batch, kwargs, needle):
+    with pytest.raises(ValueError) as info:
+        run_in_chunks(ours, batch.input_ids, batch.attention_mask, **kwargs)
+    assert needle in str(info.value)
+
+
+def test_run_in_chunks_names_bad_shapes(ours, batch):
+    with pytest.raises(ValueError, match=r"input_ids has shape \(\d+,\); expected \(B, N\)"):
+        run_in_chunks(ours, batch.input_ids[0], batch.attention_mask)
+    with pytest.raises(ValueError, match="attention_mask has shape"):
+        run_in_chunks(ours, batch.input_ids, batch.attention_mask[:, :-1])
