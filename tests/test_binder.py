@@ -1,5 +1,7 @@
 """Binder: pins agree with requirements.txt, and repo2docker accepts the folder."""
 
+import ast
+import json
 import re
 import shutil
 import subprocess
@@ -116,3 +118,68 @@ def test_the_server_culls_idle_kernels():
     assert manager.cull_interval == 60 and manager.cull_connected and not manager.cull_busy
     post = (ROOT / "binder" / "postBuild").read_text()
     assert 'cp binder/jupyter_server_config.json "$prefix/etc/jupyter/' in post
+
+
+# What loads torch's compiler stack (torch._dynamo, sympy, triton: about 150 MB) into a kernel,
+# for good: the README's "On Binder" section measures it, and the notebooks avoid it.
+COMPILER_STACK = {
+    "torch.optim": "torch.optim's optimisers import torch._dynamo when built: use mha_lib.optim",
+    "torch.nn.attention.bias": "torch.nn.attention.bias imports torch._dynamo",
+    "torch.utils.flop_counter": "FlopCounterMode imports triton and torch._dynamo",
+    "torch.compile": "torch.compile loads the compiler",
+    "flex_attention": "eager flex_attention runs through torch._dynamo (the tests run it)",
+    "create_block_mask": "create_block_mask runs through torch._dynamo (the tests run it)",
+}
+
+
+def _dotted(node) -> str:
+    """'a.b.c' for an attribute chain a.b.c, else ''."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def _compiler_stack_uses(source: str) -> list[str]:
+    """The COMPILER_STACK entries a cell imports or calls (read with ast: comments and strings
+    do not count)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names, called = [], ""
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Call):
+            names = [called := _dotted(node.func)]
+        for name in names:
+            found += [key for key in COMPILER_STACK if name == key or name.startswith(key + ".")]
+        # importing the flex_attention module is free; calling these two is not
+        found += [key for key in ("flex_attention", "create_block_mask") if called.endswith(key)]
+    return sorted(set(found))
+
+
+def test_the_checker_finds_what_loads_the_compiler_stack():
+    assert _compiler_stack_uses("opt = torch.optim.Adam(m.parameters())") == ["torch.optim"]
+    assert _compiler_stack_uses("from torch.utils.flop_counter import FlopCounterMode") == [
+        "torch.utils.flop_counter"
+    ]
+    assert _compiler_stack_uses("out = flex.flex_attention(q, k, v)") == ["flex_attention"]
+    assert _compiler_stack_uses("# torch.optim.Adam's steps\nx = 'torch.compile(f)'") == []
+    assert _compiler_stack_uses("from torch.nn.attention import flex_attention as flex") == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
+def test_notebooks_leave_torchs_compiler_stack_unloaded(path):
+    nb = json.loads(path.read_text())
+    for index, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        source = "\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!")))
+        uses = _compiler_stack_uses(source)
+        assert not uses, f"{path.name} cell {index}: " + "; ".join(COMPILER_STACK[u] for u in uses)
