@@ -64,7 +64,58 @@ def sinusoidal_positions(N: int, d: int, base: float = 10000.0) -> Tensor:
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2)  # (N, d)
 
 
-def _check_rope(x, positions, scale) -> None:
+def rope(
+    x: Tensor,
+    positions: Tensor,
+    base: float = 10000.0,
+    interleaved: bool = False,
+    *,
+    scale: float = 1.0,
+    angle_dtype: torch.dtype | None = None,
+) -> Tensor:
+    """Rotary position embedding: rotate each pair of x's last dimension by position · ω_i.
+
+    x (..., N, d), d even (a head's queries or keys: (B, h, N, d_k)); positions (N,) integer
+    absolute positions (any non-negative integers, not necessarily from 0 nor contiguous), or
+    (B, N), one row per sequence of x (B, ..., N, d), as a batch decoded at different offsets.
+    Pair i (ω_i = base^(-2i/d), `rope_frequencies`) is turned by the angle
+    scale · position · ω_i:
+    - interleaved=False: pairs (i, i + d/2), as Hugging Face's Llama
+      (`LlamaRotaryEmbedding` + `apply_rotary_pos_emb` with rope_theta = base);
+    - interleaved=True: pairs (2i, 2i + 1), as RoFormer, Meta's original complex-number code and
+      DeepSeek's MLA (notebook 11); the result stays in that interleaved layout.
+    scale < 1 is position interpolation (Chen et al., 2023): positions are squeezed by scale.
+
+    angle_dtype: the precision of the angles and of the rotation. By default x's (float32 at
+    least; float16 and bfloat16 inputs are rotated in float32): in float64 the result is the
+    exact rotation to 1e-10 at positions up to a few 10^5 (an angle p·ω is rounded to about
+    1e-16 · p radians), where float32 angles, as transformers computes them, are off by about
+    1e-2 there. Pass torch.float32 to compute as transformers does. Returns a new tensor of x's
+    dtype; x is not modified.
+    """
+    _check_rope(x, positions, scale, angle_dtype)
+    d = x.shape[-1]
+    if angle_dtype is None:
+        angle_dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
+    omega = rope_frequencies(d, base, dtype=angle_dtype).to(x.device)  # (d/2,)
+    p = positions.to(device=x.device, dtype=angle_dtype)  # (N,) or (B, N)
+    if scale != 1:
+        p = p * scale
+    angle = p[..., None] * omega  # (N, d/2) or (B, N, d/2)
+    if positions.dim() == 2:  # (B, N, d/2) -> (B, 1, ..., 1, N, d/2), against x (B, ..., N, d)
+        angle = angle.view(angle.shape[0], *([1] * (x.dim() - 3)), *angle.shape[1:])
+    cos, sin = angle.cos(), angle.sin()
+    xw = x.to(angle_dtype)
+    if interleaved:
+        x1, x2 = xw[..., 0::2], xw[..., 1::2]  # (..., N, d/2): the pairs (2i, 2i + 1)
+        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
+    else:
+        x1, x2 = xw[..., : d // 2], xw[..., d // 2 :]  # (..., N, d/2): the pairs (i, i + d/2)
+        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return out.to(x.dtype)  # (..., N, d)
+
+
+def _check_rope(x, positions, scale, angle_dtype) -> None:
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() < 2:
         got = (
             f"{x.dtype} tensor of shape {tuple(x.shape)}"
@@ -83,60 +134,20 @@ def _check_rope(x, positions, scale) -> None:
             "positions are whole numbers; for position interpolation pass scale=)"
         )
     N = x.shape[-2]
-    if positions.shape != (N,):
+    batched = positions.dim() == 2 and x.dim() >= 3 and positions.shape == (x.shape[0], N)
+    if positions.shape != (N,) and not batched:
         raise ValueError(
-            f"positions has shape {tuple(positions.shape)}; expected (N,) = ({N},) from x's "
-            f"shape {tuple(x.shape)}"
+            f"positions has shape {tuple(positions.shape)}; expected (N,) = ({N},) or (B, N) = "
+            f"({x.shape[0] if x.dim() >= 3 else 'B'}, {N}) from x's shape {tuple(x.shape)}"
         )
-    if N and int(positions.min()) < 0:
+    if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions has a negative entry {int(positions.min())}; expected >= 0")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
         raise ValueError(f"scale = {scale!r}; expected a number > 0")
-
-
-def rope(
-    x: Tensor,
-    positions: Tensor,
-    base: float = 10000.0,
-    interleaved: bool = False,
-    *,
-    scale: float = 1.0,
-) -> Tensor:
-    """Rotary position embedding: rotate each pair of x's last dimension by position · ω_i.
-
-    x (..., N, d), d even (a head's queries or keys: (B, h, N, d_k)); positions (N,) integer
-    absolute positions (any non-negative integers, not necessarily from 0 nor contiguous).
-    Pair i (ω_i = base^(-2i/d), `rope_frequencies`) is turned by the angle
-    scale · position · ω_i:
-    - interleaved=False: pairs (i, i + d/2), as Hugging Face's Llama
-      (`LlamaRotaryEmbedding` + `apply_rotary_pos_emb` with rope_theta = base);
-    - interleaved=True: pairs (2i, 2i + 1), as RoFormer and Meta's original complex-number
-      code; the result stays in that interleaved layout.
-    scale < 1 is position interpolation (Chen et al., 2023): positions are squeezed by scale.
-
-    The angles are computed in x's precision (float32 at least; float16 and bfloat16 inputs are
-    rotated in float32): in float64 the result is the exact rotation to 1e-10 at positions up
-    to a few 10^5 (an angle p·ω is rounded to about 1e-16 · p radians), where float32 angles,
-    as transformers computes them, are off by about 1e-2. Returns a new tensor of x's dtype;
-    x is not modified.
-    """
-    _check_rope(x, positions, scale)
-    d = x.shape[-1]
-    work = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
-    omega = rope_frequencies(d, base, dtype=work).to(x.device)  # (d/2,)
-    p = positions.to(device=x.device, dtype=work)  # (N,)
-    if scale != 1:
-        p = p * scale
-    angle = p[:, None] * omega[None, :]  # (N, d/2)
-    cos, sin = angle.cos(), angle.sin()  # (N, d/2) each
-    xw = x.to(work)
-    if interleaved:
-        x1, x2 = xw[..., 0::2], xw[..., 1::2]  # (..., N, d/2): the pairs (2i, 2i + 1)
-        out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)
-    else:
-        x1, x2 = xw[..., : d // 2], xw[..., d // 2 :]  # (..., N, d/2): the pairs (i, i + d/2)
-        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-    return out.to(x.dtype)  # (..., N, d)
+    if angle_dtype is not None and angle_dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"angle_dtype = {angle_dtype}; expected torch.float32, torch.float64 or None"
+        )
 
 
 def rope_permutation(d: int) -> Tensor:

@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "mha_lib"
 CORE = ["attention", "multihead", "pytorch", "block", "conv", "positions"]
-SHARED = ["plot", "diagrams", "example", "stats", "optim", "memory", "_checks"]
+SHARED = ["plot", "diagrams", "example", "stats", "testing", "optim", "memory", "_checks"]
 PARTS = ["pretrained", "toy", "efficient", "extrapolation"]
 TOOLS = ["exercises", "bench", "data"]
 

@@ -16,6 +16,7 @@ from mha_lib.positions import (
     sinusoidal_positions,
     t5_relative_buckets,
 )
+from mha_lib.testing import assert_close
 
 
 def exact_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
@@ -67,6 +68,29 @@ def test_rope_keeps_the_dtype_and_leaves_the_input_alone():
         before = x.clone()
         y = rope(x, torch.arange(3))
         assert y.dtype == dtype and torch.equal(x, before) and y.data_ptr() != x.data_ptr()
+
+
+def test_a_row_of_positions_per_sequence_rotates_each_sequence_by_its_own():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(3, 2, 5, 8, generator=g, dtype=torch.float64)  # (B, h, N, d)
+    pos = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11], [2, 2, 3, 9, 40]])  # (B, N)
+    for interleaved in (False, True):
+        ours = rope(x, pos, interleaved=interleaved)
+        rows = torch.stack([rope(x[b], pos[b], interleaved=interleaved) for b in range(3)])
+        assert_close(ours, rows, rtol=0, atol=0)
+        # and for x (B, N, d), one head's worth, as MLA's shared rope key
+        assert_close(rope(x[:, 0], pos), torch.stack([rope(x[b, 0], pos[b]) for b in range(3)]))
+
+
+def test_float32_angles_compute_as_transformers_does():
+    """angle_dtype=float32 on float64 x: the angles carry float32's error (about 1e-2 rad at
+    position 10^5), which the default float64 angles do not."""
+    x = torch.randn(1, 64, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    pos = torch.tensor([100_000])
+    exact = exact_rope(x, pos, 10000.0)
+    assert (rope(x, pos, interleaved=True) - exact).abs().max() < 1e-10
+    err32 = (rope(x, pos, interleaved=True, angle_dtype=torch.float32) - exact).abs().max()
+    assert 1e-4 < err32 < 0.1
 
 
 def test_positions_need_not_start_at_zero_nor_be_contiguous():
@@ -164,6 +188,20 @@ def test_t5_buckets_match_transformers():
         (torch.randn(4, 8), torch.tensor([0, 1, -2, 3]), {}, ValueError, "negative"),
         (torch.randn(4, 8), torch.arange(4), {"base": 1.0}, ValueError, "base"),
         (torch.randn(4, 8), torch.arange(4), {"scale": 0.0}, ValueError, "scale"),
+        (
+            torch.randn(2, 4, 8),
+            torch.zeros(3, 4, dtype=torch.long),
+            {},
+            ValueError,
+            "(B, N) = (2, 4)",
+        ),
+        (
+            torch.randn(4, 8),
+            torch.arange(4),
+            {"angle_dtype": torch.float16},
+            ValueError,
+            "angle_dtype",
+        ),
     ],
 )
 def test_bad_inputs_are_named(x, positions, kwargs, error, words):

@@ -1,11 +1,12 @@
-"""`mha_lib.stats`: the Wilson interval of a frequency and the t quantiles of a mean over seeds."""
+"""`mha_lib.stats`: the Wilson interval of a frequency and the t interval of a mean over seeds."""
 
 import itertools
 import math
 
+import numpy as np
 import pytest
 
-from mha_lib.stats import T975, wilson_interval
+from mha_lib.stats import t_interval, t_quantile, wilson_interval
 
 
 def test_wilson_interval_is_symmetric_and_inside_0_1():
@@ -23,12 +24,72 @@ def test_wilson_interval_rejects_impossible_counts():
             wilson_interval(*bad)
 
 
+# 97.5 % quantiles of Student's t from published tables (6 decimals), by degrees of freedom
+PUBLISHED = {
+    1: 12.706205,
+    2: 4.302653,
+    3: 3.182446,
+    4: 2.776445,
+    5: 2.570582,
+    9: 2.262157,
+    10: 2.228139,
+    11: 2.200985,
+    20: 2.085963,
+    30: 2.042272,
+    49: 2.009575,
+    100: 1.983972,
+}
+
+
+def test_t_quantile_matches_the_published_table():
+    for df, value in PUBLISHED.items():
+        assert t_quantile(0.975, df) == pytest.approx(value, abs=2e-6), df
+
+
+def test_t_quantile_closed_forms():
+    for p in (0.6, 0.9, 0.975, 0.995):
+        # df = 1 is the Cauchy distribution: tan(π (p - 1/2))
+        assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-9)
+        # df = 2: (2p - 1) / sqrt(2 p (1 - p))
+        assert t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-9)
+        assert t_quantile(1 - p, 7) == pytest.approx(-t_quantile(p, 7), rel=1e-12)
+
+
 def test_t_quantiles_fall_towards_the_normal_one():
-    values = [T975[df] for df in sorted(T975)]
-    assert sorted(T975) == list(range(1, 10))
-    assert all(a > b for a, b in itertools.pairwise(values)) and values[-1] > 1.96
-    # df = 1 is the Cauchy distribution: its 97.5 % quantile is tan(0.475 π)
-    assert T975[1] == pytest.approx(math.tan(0.475 * math.pi), abs=1e-3)
-    # df = 2 has a closed form: t = q / sqrt((1 - q²) / 2) with q = 2 · 0.975 - 1
-    q = 2 * 0.975 - 1
-    assert T975[2] == pytest.approx(q / math.sqrt((1 - q * q) / 2), abs=1e-3)
+    values = [t_quantile(0.975, df) for df in range(1, 200)]
+    assert all(a > b for a, b in itertools.pairwise(values))
+    assert values[-1] > 1.959964 and t_quantile(0.975, 1e6) == pytest.approx(1.959964, abs=1e-5)
+
+
+def test_t_interval_of_a_mean():
+    x = np.array([[0.5, 1.0], [0.7, 1.0], [0.9, 1.0], [0.6, 1.0]])  # 4 seeds, 2 settings
+    mean, half = t_interval(x)
+    assert mean.tolist() == pytest.approx([0.675, 1.0])
+    sd = float(np.std(x[:, 0], ddof=1))
+    assert half.tolist() == pytest.approx([3.182446 * sd / 2, 0.0], abs=1e-6)
+    mean, half = t_interval(x.T, axis=1, level=0.9)  # the same seeds along another axis
+    assert half[0] == pytest.approx(t_quantile(0.95, 3) * sd / 2)
+
+
+def test_t_interval_covers_any_number_of_seeds():
+    """No table to run off the end of, and no silent fallback to the normal 1.96."""
+    rng = np.random.default_rng(0)
+    for s in (2, 11, 12, 50, 101):
+        x = rng.normal(size=s)
+        _, half = t_interval(x)
+        factor = half / (np.std(x, ddof=1) / math.sqrt(s))
+        assert factor == pytest.approx(PUBLISHED.get(s - 1, t_quantile(0.975, s - 1)), abs=2e-6)
+        assert factor > 1.96
+
+
+def test_t_interval_rejects_what_has_no_interval():
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        t_interval([0.3])
+    with pytest.raises(ValueError, match="single number"):
+        t_interval(0.3)
+    with pytest.raises(ValueError, match="level"):
+        t_interval([0.3, 0.4], level=95)
+    with pytest.raises(ValueError, match="df"):
+        t_quantile(0.975, 0)
+    with pytest.raises(ValueError, match="p = 1"):
+        t_quantile(1, 3)

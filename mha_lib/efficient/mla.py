@@ -25,8 +25,10 @@ transformers returns an interleaved rotation de-interleaved (evens first, then o
 module keeps the pairs in place. Both orders permute the query's and the key's rope
 dimensions alike, so every score, and so every output, is the same.
 
+The rotation itself is notebook 10's `mha_lib.positions.rope`, with float32 angles as in
+transformers.
+
 What it holds:
-- `rope(x, positions, base, interleaved)`: the rotation;
 - `MLACache`: per token only c and k_R; `len(cache)`, `cache.nbytes`;
 - `MultiHeadLatentAttention`: the layer, `from_hf`, `forward(..., absorb=False)`;
 - `decode_step_cost(...)`: FLOPs and bytes of one decoding step, plain or absorbed.
@@ -39,32 +41,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_int
+from ..positions import rope
 
-__all__ = ["MLACache", "MultiHeadLatentAttention", "decode_step_cost", "rope"]
+__all__ = ["MLACache", "MultiHeadLatentAttention", "decode_step_cost"]
 
 NORM_EPS = 1e-6  # transformers' DeepseekV3RMSNorm default, used for both latents
-
-
-def rope(x: Tensor, positions: Tensor, base: float = 10000.0, interleaved: bool = True) -> Tensor:
-    """Rotate x (..., N, d) by the angles positions · base^(-2i/d), i = 0 .. d/2 - 1.
-
-    The same rotation as notebook 10's rope. positions (N,) or (B, N) (then x is (B, ..., N, d)).
-    interleaved: dimension pairs (2i, 2i + 1), kept in place; otherwise (i, i + d/2).
-    """
-    d = x.shape[-1]
-    if d % 2:
-        raise ValueError(f"rope needs an even number of dimensions; got {d}")
-    # float32 angles, as transformers computes them (then cast to x's dtype)
-    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
-    angles = positions.to(x.device, torch.float32)[..., None] * inv_freq  # (..., N, d/2)
-    if positions.dim() == 2:  # (B, N, d/2) -> (B, 1, ..., N, d/2) against x (B, ..., N, d)
-        angles = angles.view(angles.shape[0], *([1] * (x.dim() - 3)), *angles.shape[1:])
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    if interleaved:
-        x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., N, d/2) each
-        return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
 class MLACache:
@@ -215,12 +196,16 @@ class MultiHeadLatentAttention(nn.Module):
             q = self.q_b_proj(self.q_a_norm(self.q_a_proj(x)))
         q = q.view(B, n, self.num_heads, -1).transpose(1, 2)  # (B, h, n, d_N + d_R)
         q_nope, q_rope = q.split([self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
-        return q_nope, rope(q_rope, positions, self.rope_base, self.rope_interleaved)
+        return q_nope, self._rope(q_rope, positions)
 
     def latents(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """What is cached for x (B, n, C): c (B, n, r) normalised, k_R (B, n, d_R) rotated."""
         c, k_rope = self.kv_a_proj(x).split([self.kv_lora_rank, self.qk_rope_head_dim], dim=-1)
-        return self.kv_a_norm(c), rope(k_rope, positions, self.rope_base, self.rope_interleaved)
+        return self.kv_a_norm(c), self._rope(k_rope, positions)
+
+    def _rope(self, x: Tensor, positions: Tensor) -> Tensor:
+        """x (B, ..., n, d_R) rotated at positions (n,) or (B, n), float32 angles."""
+        return rope(x, positions, self.rope_base, self.rope_interleaved, angle_dtype=torch.float32)
 
     def up_weights(self) -> tuple[Tensor, Tensor]:
         """W_UK (h, d_N, r) and W_UV (h, d_V, r): the key and value up-projections per head."""

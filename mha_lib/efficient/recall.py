@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..stats import T975
+from ..stats import t_interval
 from .mla import MultiHeadLatentAttention
 
 __all__ = [
@@ -323,9 +323,7 @@ def sweep_summary(sweep: dict) -> dict[tuple[int, str], dict]:
     out = {}
     for key, accs in sweep_table(sweep).items():
         n = len(accs)
-        mean = sum(accs) / n
-        sd = (sum((a - mean) ** 2 for a in accs) / (n - 1)) ** 0.5 if n > 1 else 0.0
-        half = T975.get(n - 1, 1.96) * sd / n**0.5
+        mean, half = (float(v) for v in t_interval(accs))
         out[key] = {
             "mean": mean,
             "low": max(0.0, mean - half),

@@ -116,10 +116,10 @@ def close(a, b, tol: float = 1e-6) -> bool:
     return a.shape == b.shape and bool(np.allclose(a, b, rtol=tol, atol=tol, equal_nan=True))
 
 
-def diagnose(result, wrong_answers: dict[str, np.ndarray]) -> str | None:
-    """Name the first known mistake whose output equals `result`, if any."""
+def diagnose(result, wrong_answers: dict[str, np.ndarray], tol: float = 1e-6) -> str | None:
+    """Name the first known mistake whose output equals `result` (to `tol`), if any."""
     for message, wrong in wrong_answers.items():
-        if close(result, wrong):
+        if close(result, wrong, tol):
             return message
     return None
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..stats import T975  # Student's t quantiles, by degrees of freedom
+from ..stats import t_interval
 from .model import SCHEMES, TinyCausal, loss_and_accuracy
 from .tasks import TASKS, batch
 
@@ -210,13 +210,9 @@ def summary(sweep: dict, task: str, variant: str) -> np.ndarray:
 
 
 def seed_interval(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """acc (seeds, ...) -> (mean, half-width) of the 95 % t-interval over the seeds:
-    mean ± t_{0.975, s-1} · sd / √s, sd with s - 1 in the denominator."""
-    acc = np.asarray(acc, dtype=float)
-    s = acc.shape[0]
-    if s - 1 not in T975:
-        raise ValueError(f"{s} seeds; the t table covers 2 to {max(T975) + 1}")
-    return acc.mean(0), T975[s - 1] * acc.std(0, ddof=1) / np.sqrt(s)
+    """acc (seeds, ...) -> (mean, half-width) of the 95 % t-interval over the seeds
+    (`mha_lib.stats.t_interval` along axis 0)."""
+    return t_interval(acc, axis=0)
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mha_lib.efficient.cache_cost import CacheConfig, cache_bytes
-from mha_lib.efficient.mla import MLACache, MultiHeadLatentAttention, decode_step_cost, rope
+from mha_lib.efficient.mla import MLACache, MultiHeadLatentAttention, decode_step_cost
 
 # transformers is imported only when a test runs: it imports triton, which notebook 09's module
 # must import first (mha_lib.efficient.triton_flash), and tests are all collected before any runs
@@ -128,23 +128,6 @@ def test_cache_nbytes_equals_the_formula():
     cfg = CacheConfig("ours", "test", 1, kind="mla", kv_lora_rank=R, qk_rope_head_dim=D_R,
                       bytes_per_number=4)  # fmt: skip
     assert cache.nbytes == cache_bytes(cfg, 8, batch=3) == 3 * 8 * (R + D_R) * 4
-
-
-def test_rope_keeps_norms_and_depends_on_offsets_only():
-    g = torch.Generator().manual_seed(0)
-    q, k = torch.randn(2, 8, generator=g, dtype=torch.float64).unbind(0)
-    for inter in (True, False):
-        a = (
-            rope(q[None], torch.tensor([3]), interleaved=inter)
-            @ rope(k[None], torch.tensor([1]), interleaved=inter).T
-        )
-        b = (
-            rope(q[None], torch.tensor([12]), interleaved=inter)
-            @ rope(k[None], torch.tensor([10]), interleaved=inter).T
-        )
-        torch.testing.assert_close(a, b)
-        r = rope(q[None], torch.tensor([5]), interleaved=inter)
-        torch.testing.assert_close(r.norm(), q.norm())
 
 
 def test_absorbed_step_reads_fewer_bytes_and_does_more_arithmetic_per_byte():

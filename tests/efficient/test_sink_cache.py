@@ -8,13 +8,13 @@ import torch.nn.functional as F
 
 from mha_lib.efficient import KVCache, sliding_window_mask
 from mha_lib.efficient.cache_cost import MODELS, CacheConfig, cache_bytes, cache_numbers_per_token
-from mha_lib.efficient.mla import rope
 from mha_lib.efficient.sink_cache import (
     SinkKVCache,
     sink_cached_attention,
     sink_window_mask,
     slot_of,
 )
+from mha_lib.positions import rope
 
 
 def test_slot_arithmetic():
