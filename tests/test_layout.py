@@ -139,7 +139,7 @@ def test_the_module_table_lists_every_module():
 
 def test_tests_mirror_the_library():
     """One test module per library module: mha_lib/x.py -> tests/test_x.py and
-    mha_lib/pkg/x.py -> tests/pkg/test_x.py (the exercises' nbNN.py -> tests/exercises/test_nbNN.py).
+    mha_lib/pkg/x.py -> tests/pkg/test_x.py (exercises/nbNN.py -> tests/exercises/test_nbNN.py).
     The benchmarks are one small tool package, tested as one (tests/test_bench.py)."""
     missing = []
     for path in sorted(LIB.rglob("*.py")):
