@@ -4,7 +4,6 @@ attention, unweighted self-attention; and `import mha_lib` stays numpy-only."""
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numpy_inputs import naive_attention, weights
 
 from mha_lib import (
     multi_head_attention,
@@ -13,6 +12,7 @@ from mha_lib import (
     self_attention,
     softmax,
 )
+from tests.numpy_inputs import naive_attention, weights
 
 settings.register_profile("series", max_examples=60, deadline=None)
 settings.load_profile("series")

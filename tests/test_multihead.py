@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from numpy_inputs import naive_attention, weights
 
 import mha_lib
 from mha_lib import (
@@ -14,6 +13,7 @@ from mha_lib import (
     multi_head_attention_loop,
     padding_mask,
 )
+from tests.numpy_inputs import naive_attention, weights
 
 settings.register_profile("series", max_examples=60, deadline=None)
 settings.load_profile("series")

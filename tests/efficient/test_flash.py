@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from efficient_inputs import DTYPES, TOL, qkv, randn, seeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +27,7 @@ from mha_lib.efficient import (
     sliding_window_mask_mod,
 )
 from mha_lib.pytorch import explicit_attention
+from tests.efficient.efficient_inputs import DTYPES, TOL, qkv, randn, seeds
 
 # --- FlashAttention ------------------------------------------------------------------------------
 

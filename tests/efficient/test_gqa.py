@@ -4,7 +4,6 @@ heads, and the module with all key/value heads equals multi-head attention."""
 import pytest
 import torch
 import torch.nn.functional as F
-from efficient_inputs import DTYPES, TOL, qkv, randn, seeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +13,7 @@ from mha_lib.efficient import (
     repeat_kv,
 )
 from mha_lib.pytorch import MultiHeadAttention
+from tests.efficient.efficient_inputs import DTYPES, TOL, qkv, randn, seeds
 
 # --- grouped-query attention ---------------------------------------------------------------------
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from efficient_inputs import DTYPES, TOL, randn, seeds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +17,7 @@ from mha_lib.efficient import (
     bottom_right_causal_mask,
     cached_attention,
 )
+from tests.efficient.efficient_inputs import DTYPES, TOL, randn, seeds
 
 # --- KV cache ------------------------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from efficient_inputs import qkv, randn
 
 import mha_lib
 from mha_lib.efficient import (
@@ -28,6 +27,7 @@ from mha_lib.efficient import (
     sliding_window_mask,
     sliding_window_mask_mod,
 )
+from tests.efficient.efficient_inputs import qkv, randn
 
 # --- masks ---------------------------------------------------------------------------------------
 
