@@ -1,7 +1,5 @@
 """The checkers of notebook 06 accept right answers and name the usual mistakes."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -235,8 +233,3 @@ def test_check_induction_score_rejects_mistakes(capsys, wrong, message):
     assert not check_induction_score(wrong)
     out = verdict(capsys)
     assert out.startswith("✗ induction_score:") and message in out
-
-
-# the notebook ------------------------------------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parents[2]
