@@ -50,7 +50,7 @@ AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
 def bottom_right_mask(n: int, m: int, device=None) -> Tensor:
-    """(n, m) bool, True = may attend: query i (the (m - n + i)-th token) sees keys 0 .. m - n + i."""
+    """(n, m) bool, True = may attend: query i (token m - n + i) sees keys 0 .. m - n + i."""
     return torch.ones(n, m, dtype=torch.bool, device=device).tril(m - n)
 
 

@@ -373,7 +373,7 @@ class DecoderLM(nn.Module):
         last_only: bool = False,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         self._check(input_ids, cache, head_mask)
-        B, n = input_ids.shape
+        n = input_ids.shape[1]
         start = 0 if cache is None else cache.length
         positions = torch.arange(start, start + n, device=input_ids.device)  # (n,)
         fn = self.attention if attention is None else resolve_attention(attention)

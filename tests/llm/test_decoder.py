@@ -3,12 +3,13 @@ loader on a tiny GGUF file, the real SmolLM2-135M on real text, the caches, and 
 
 Tolerances. On random weights in float64 our parts and transformers' would agree to 1e-12 (the
 same operations in another order), but transformers computes RMSNorm and RoPE's angles in float32
-whatever the input's dtype: where those enter, the comparison is at float32's precision (RAND_ATOL
-= 1e-5 on numbers of order 1, about a hundred float32 roundings); our own parts against each other
-(cache against no cache, one layout against the other) stay at 1e-10. The real model runs in float32: its logits (of size up to about
-40) differ from transformers' by at most 1e-4 on the texts below (the summation orders of the
-matrix products differ, and RoPE's angles are computed as base^(-2i/d) here and 1/base^(2i/d)
-there, each rounded to float32); the test allows 1e-3, ten times that.
+whatever the input's dtype: where those enter, the comparison is at float32's precision
+(RAND_ATOL = 1e-5 on numbers of order 1, about a hundred float32 roundings); our own parts against
+each other (cache against no cache, one layout against the other) stay at 1e-10. The real model
+runs in float32: its logits (of size up to about 40) differ from transformers' by at most 1e-4 on
+the texts below (the summation orders of the matrix products differ, and RoPE's angles are
+computed as base^(-2i/d) here and 1/base^(2i/d) there, each rounded to float32); the test allows
+1e-3, ten times that.
 """
 
 import pytest
@@ -220,8 +221,8 @@ def test_loading_a_tiny_gguf_equals_transformers_reading_it(tiny_gguf):
     with torch.no_grad():
         assert_close(ours(ids), ref(ids).logits, rtol=0, atol=1e-5)
     sd = ref.state_dict()
-    assert_close(ours.layers[1].self_attn.q_proj.weight, sd["model.layers.1.self_attn.q_proj.weight"],
-                 rtol=0, atol=0)  # fmt: skip
+    q = sd["model.layers.1.self_attn.q_proj.weight"]
+    assert_close(ours.layers[1].self_attn.q_proj.weight, q, rtol=0, atol=0)
 
 
 def test_both_rope_layouts_load_to_the_same_logits(tiny_gguf):
@@ -252,9 +253,9 @@ def test_the_real_weights_equal_transformers_exactly(smollm2, reference_model):
     model, _ = smollm2
     sd = reference_model.state_dict()
     for l in (0, 17, 29):
-        for ours, theirs in [("self_attn.q_proj", "self_attn.q_proj"),
-                             ("self_attn.k_proj", "self_attn.k_proj"),
-                             ("mlp.down_proj", "mlp.down_proj"), ("norm1", "input_layernorm")]:  # fmt: skip
+        pairs = [("self_attn.q_proj",) * 2, ("self_attn.k_proj",) * 2,
+                 ("mlp.down_proj",) * 2, ("norm1", "input_layernorm")]  # fmt: skip
+        for ours, theirs in pairs:
             a = dict(model.named_parameters())[f"layers.{l}.{ours}.weight"]
             assert_close(a, sd[f"model.layers.{l}.{theirs}.weight"], rtol=0, atol=0)
     assert_close(model.embed.weight, sd["model.embed_tokens.weight"], rtol=0, atol=0)
@@ -366,11 +367,11 @@ def test_a_prompt_longer_than_the_real_context(smollm2):
 def test_missing_truncated_and_foreign_model_files(tmp_path, make_tiny_gguf):
     from mha_lib.llm import load_smollm2
 
-    with pytest.raises(FileNotFoundError, match="no model file at .*requirements-model.txt"):
+    with pytest.raises(FileNotFoundError, match=r"no model file at .*requirements-model.txt"):
         load_decoder(tmp_path / "none.gguf")
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(find_model_file().read_bytes()[:50_000_000])
-    with pytest.raises(ValueError, match="has sha256 .* expected b179c952"):
+    with pytest.raises(ValueError, match=r"has sha256 .* expected b179c952"):
         load_smollm2(cut)
     with pytest.raises(ValueError, match="truncated"):
         load_smollm2(cut, expected_sha256=None)

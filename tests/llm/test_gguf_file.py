@@ -41,7 +41,7 @@ def test_metadata_holds_the_architecture(real):
     meta = real.metadata()
     assert meta["tokenizer.ggml.tokens"] == "[49152 items]"
     assert meta["llama.embedding_length"] == 576
-    with pytest.raises(KeyError, match="no metadata key 'llama.nothing'"):
+    with pytest.raises(KeyError, match=r"no metadata key 'llama\.nothing'"):
         real.value("llama.nothing")
 
 
@@ -127,7 +127,7 @@ def test_every_supported_format_reads_back(tmp_path, qtype):
 
 
 def test_a_missing_file():
-    with pytest.raises(FileNotFoundError, match="no GGUF file at /nowhere/x.gguf"):
+    with pytest.raises(FileNotFoundError, match=r"no GGUF file at /nowhere/x\.gguf"):
         GGUFFile("/nowhere/x.gguf")
 
 
@@ -173,7 +173,7 @@ def test_bad_ranges_and_names(real):
         real.read(name, cols=(16, 64))
     with pytest.raises(ValueError, match="rows= needs a matrix"):
         real.read("blk.0.attn_norm.weight", rows=(0, 1))
-    with pytest.raises(KeyError, match="no tensor 'blk.99.attn_k.weight'"):
+    with pytest.raises(KeyError, match=r"no tensor 'blk\.99\.attn_k\.weight'"):
         real.read("blk.99.attn_k.weight")
 
 
