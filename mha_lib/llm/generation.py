@@ -55,6 +55,8 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     """Keep the smallest set of most probable tokens whose probabilities sum to >= p."""
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
         raise ValueError(f"top_p = {p!r}; expected a number in (0, 1]")
+    if p == 1:
+        return logits  # everything (the sums below could round to 1 before the last token)
     probs, order = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True)  # (..., V)
     before = probs.cumsum(dim=-1) - probs  # the mass of the tokens ranked above each one
     drop_sorted = before >= p  # already p without it: not needed (the first is always kept)
