@@ -45,6 +45,7 @@ from ..efficient.cache_cost import CacheConfig
 from ..efficient.gqa import GroupedQueryAttention, repeat_kv
 from ..efficient.kv_cache import KVCache
 from ..efficient.sink_cache import SinkKVCache
+from ..memory import release_freed_memory
 from ..positions import rope, rope_permutation
 from ..pytorch import _merge_heads, _split_heads
 from .backends import AttentionFn, attention_weights, resolve_attention
@@ -569,7 +570,8 @@ def load_smollm2(
 
     Nothing is downloaded: the weights, the vocabulary, the merges and the chat template all
     come from the one file, opened once. With a file other than the packaged one, pass
-    expected_sha256=None (or its hash).
+    expected_sha256=None (or its hash). The memory the file's reader used is handed back to the
+    system afterwards (`mha_lib.memory.release_freed_memory`).
     """
     from .tokenizer import GGUFTokenizer
 
@@ -577,4 +579,5 @@ def load_smollm2(
     with GGUFFile(path) as f:
         model = _load(f, attention, rope_interleaved)
         tokenizer = GGUFTokenizer.from_gguf(f)
+    release_freed_memory()  # the reader's parsed metadata, freed: hand it back to the system
     return model, tokenizer

@@ -78,7 +78,6 @@ class GGUFTokenizer:
         self.chat_template = chat_template
         self.bos_id, self.eos_id = bos_id, eos_id
         self.vocab_size = len(tokens)
-        self._tokens = tokens
 
     @classmethod
     def from_gguf(cls, source: str | Path | GGUFFile) -> GGUFTokenizer:
@@ -109,11 +108,11 @@ class GGUFTokenizer:
 
     @property
     def eos_token(self) -> str | None:
-        return None if self.eos_id is None else self._tokens[self.eos_id]
+        return None if self.eos_id is None else self._tok.id_to_token(self.eos_id)
 
     @property
     def bos_token(self) -> str | None:
-        return None if self.bos_id is None else self._tokens[self.bos_id]
+        return None if self.bos_id is None else self._tok.id_to_token(self.bos_id)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of text; special tokens written in the text (`<|im_end|>`) stay whole."""
@@ -131,7 +130,7 @@ class GGUFTokenizer:
 
     def pieces(self, ids) -> list[str]:
         """The stored tokens of ids, in the byte alphabet ('Ġ' is a space, 'Ċ' a newline)."""
-        return [self._tokens[int(i)] for i in ids]
+        return [self._tok.id_to_token(int(i)) for i in ids]
 
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
         """The chat template of the file rendered for messages [{"role": ..., "content": ...}]."""
