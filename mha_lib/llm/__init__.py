@@ -8,7 +8,7 @@ decoder is the series' own: grouped-query attention and the KV cache (notebook 0
 (notebook 10), the cache's cost (notebook 11), FlashAttention in plain torch (08) and in Triton
 (09) as drop-in attention functions.
 
-Read first: `decoder` (the model, about 400 lines: RMSNorm, SwiGLU, attention, the block, the
+Read first: `decoder` (the model, about 580 lines: RMSNorm, SwiGLU, attention, the block, the
 loader), then `gguf_file` (what the file holds and how a 4-bit block is dequantized),
 `tokenizer` (byte-level BPE and the chat template rebuilt from the file), `generation`
 (greedy and sampled decoding with the cache) and `backends` (the pluggable attentions).
