@@ -126,14 +126,15 @@ def _rope_precision(fn, x, interleaved, result, expected) -> str | None:
         at_zero, problem = as_array(at_zero, tuple(x.shape))
     if problem is None and close(at_zero, x.numpy(), 1e-12):
         return (
-            f"right to about {err:.0e}, not to 1e-9: the angles are computed in float32 (a "
+            "right only to float32's precision (about 1e-7), not to 1e-9: the angles are "
+            "computed in float32 (a "
             "float32 torch.arange or frequency table, as transformers computes them); x is "
             "float64, and the exercise asks for the rotation in float64: build the "
             "frequencies and the angles p·ω_i in float64 (dtype=torch.float64 or x.dtype)"
         )
     return (
-        f"right to about {err:.0e}, not to 1e-9: the result is rounded to float32 (x or the "
-        "output converted to float32); keep x's float64 throughout"
+        "right only to float32's precision (about 1e-7), not to 1e-9: the result is rounded to "
+        "float32 (x or the output converted to float32); keep x's float64 throughout"
     )
 
 
