@@ -7,13 +7,13 @@ budget, seed 0, each solving the task well away from the threshold; about 20 s),
 the early losses closely and the final accuracy within a margin, never bit for bit.
 
 `test_a_new_seed_meets_the_claims_stated_for_every_run` trains seed 16, outside the cache's
-0 .. 15, of two attentions (about 20 s), and checks the one claim notebook 11 states for every
-run: a run that solves the task has a head putting over half its weight, at the answer
-positions, on the value to recall. Every other claim of its sections 3 and 4 is a proportion or
-a mean over the 16 seeds, which one new seed cannot test: how many runs solve the task per
-attention and budget (with Wilson intervals), the mean accuracies and their t-intervals, which
-of them are apart, that more cache raised every mean, and how many solving runs give token 0
-less than the uniform share.
+0 .. 15, of three attentions (about 20 s), and checks the one claim notebook 11 states for every
+run: a run that answers at least half of the queries right has a head putting over half its
+weight, at the answer positions, on the value to recall. Every other claim of its sections 3 and
+4 is a proportion or a mean over the 16 seeds, which one new seed cannot test: how many runs
+solve the task per attention and budget (with Wilson intervals), the mean accuracies and their
+t-intervals, which of them are apart, that more cache raised every mean, and how many solving
+runs give token 0 less than the uniform share.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import torch
 from mha_lib.efficient.mla import MultiHeadLatentAttention
 from mha_lib.efficient.recall import (
     SEEDS,
-    SOLVED,
     SWEEP_FILE,
     TASK,
     VARIANTS,
@@ -110,17 +109,18 @@ def test_regenerating_a_subset_of_the_sweep_gives_the_same_results_within_margin
 
 
 NEW_SEED = 16  # outside the cache's SEEDS
-NEW_RUNS = {"budgets": [32], "variants": ["GQA", "MQA"], "seeds": [NEW_SEED]}
+NEW_RUNS = {"budgets": [32], "variants": ["MHA", "GQA", "MQA"], "seeds": [NEW_SEED]}
 
 
 def test_a_new_seed_meets_the_claims_stated_for_every_run():
-    """Notebook 11 §3: every run that solves the task has a head putting over half its weight, at
-    the answer positions, on the value to recall. Seed 16 of GQA and MQA at budget 32 (the
-    attentions that solved most often there); at least one of them must solve, or the claim was
-    not exercised."""
+    """Notebook 11 §3: every run with accuracy >= 0.5 has a head putting over half its weight,
+    at the answer positions, on the value to recall. Seed 16 of MHA, GQA and MQA at budget 32;
+    at least one of them must reach 0.5, or the claim was not exercised (on the reference
+    machine MHA solves the task, with heads at 0.87 and 0.88 on the value, and GQA and MQA
+    reach about 0.52, with a head at 0.70 and 0.67)."""
     assert NEW_SEED not in SEEDS
     fresh = run_sweep(**NEW_RUNS)
-    solved = [run for run in fresh["runs"] if run["accuracy"] >= SOLVED]
-    assert solved, [run["accuracy"] for run in fresh["runs"]]
-    for run in solved:
+    half_right = [run for run in fresh["runs"] if run["accuracy"] >= 0.5]
+    assert half_right, [run["accuracy"] for run in fresh["runs"]]
+    for run in half_right:
         assert max(run["value_weight"][0]) > 0.5, run
