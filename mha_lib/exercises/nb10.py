@@ -190,6 +190,11 @@ def _score_mistakes(q, k, N) -> dict[str, np.ndarray]:
         "it is scaled by 1/√d: the table asks for the plain dot product": right / d**0.5,
         "the query and the key use different layouts (one interleaved, one half-split): both "
         "must be rotated the same way": Q @ rope(k.expand(N, d), pos, interleaved=True).T,
+        "it rotates in the interleaved layout (pairs (2i, 2i + 1)); the exercise asks for the "
+        "half-split one, rope's default (pairs (i, i + d/2))": rope(
+            q.expand(N, d), pos, interleaved=True
+        )
+        @ rope(k.expand(N, d), pos, interleaved=True).T,
         "the key is rotated backwards (angle -n·ω): the score then depends on m + n, not m - n": Q
         @ _rotate(k.expand(N, d), -pos.double()[:, None] * _omega(d), False).T,
     }
@@ -280,9 +285,10 @@ def _decode_mistakes() -> dict[str, callable]:
             _double_rotation
         ),
         "the new key is not rotated: the cache must hold rotated keys": no_key,
-        "the new query is not rotated, or the cached keys are rotated a second time at the "
-        "current position (which cancels the query's rotation in every score): rotate the "
-        "query once, and each key once, when it enters the cache": no_query,
+        "the new query is not rotated (or rotated at position 0, its index in a chunk of one), "
+        "or the cached keys are rotated a second time at the current position (which cancels "
+        "the query's rotation in every score): rotate the query at the token's absolute "
+        "position, and each key once, when it enters the cache": no_query,
         "nothing is rotated, or the token is rotated at position 0 (its index within a chunk "
         "of one): rotate at its absolute position": nothing,
         "the query and the new key are rotated at different positions (the cache's length "
@@ -348,7 +354,7 @@ def _interval_mistakes(acc) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     s = acc.shape[0]
     sd, sd0 = acc.std(0, ddof=1), acc.std(0, ddof=0)
     t = t_quantile(0.975, s - 1)
-    return {
+    wrong = {
         "the sd divides by s: with a handful of seeds use s - 1 (ddof=1)": t * sd0 / np.sqrt(s),
         "it uses 1.96 (the normal quantile): with s seeds the 95 % quantile is Student's t "
         "with s - 1 degrees of freedom (2.776 for 5 seeds)": 1.96 * sd / np.sqrt(s),
@@ -361,6 +367,12 @@ def _interval_mistakes(acc) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         "it uses the variance instead of the standard deviation": t * sd**2 / np.sqrt(s),
         "it is the whole width (2 × the half-width)": 2 * t * sd / np.sqrt(s),
     }
+    if s != 5:
+        wrong[
+            "it uses t = 2.776, the quantile for 5 seeds, whatever the number of seeds: the "
+            "quantile depends on s, t_quantile(0.975, s - 1)"
+        ] = 2.776 * sd / np.sqrt(s)
+    return wrong
 
 
 def _interval_convention(result, acc) -> str | None:

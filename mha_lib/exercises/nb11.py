@@ -114,6 +114,10 @@ def _absorb_mistakes(q, W) -> dict[str, np.ndarray]:
         "it adds the heads' up-projections together: head i uses W_UK[i] alone": np.einsum(
             "hd,dr->hr", q, W.sum(0)
         ),
+        "it reshapes W_UK[i] to (r, d_N) where it needs a transpose: a reshape keeps the "
+        "numbers in memory order and scrambles the matrix": np.einsum(
+            "hd,hrd->hr", q, W.reshape(W.shape[0], W.shape[2], W.shape[1])
+        ),
     }
 
 

@@ -201,6 +201,14 @@ def table_relative(q, k, N):
     return S
 
 
+def table_interleaved(q, k, N):
+    pos = torch.arange(N)
+    return (
+        rope(q.expand(N, -1), pos, interleaved=True)
+        @ rope(k.expand(N, -1), pos, interleaved=True).T
+    )
+
+
 @pytest.mark.parametrize("fn", [table(), table_loop, table_relative])
 def test_check_score_table_accepts_correct_forms(capsys, fn):
     assert check_score_table(fn)
@@ -217,6 +225,7 @@ def test_check_score_table_accepts_correct_forms(capsys, fn):
         (table(scale=8**-0.5), "scaled by 1/√d"),
         (table(mixed=True), "different layouts"),
         (table(k_back=True), "m + n"),
+        (table_interleaved, "the interleaved layout"),
     ],
 )
 def test_check_score_table_names_the_mistake(capsys, fn, words):
@@ -312,6 +321,10 @@ def test_check_decode_step_accepts_correct_forms(capsys, fn):
         ),
         (lambda q, k, v, c, t: None, "not implemented yet"),
         (decode_top_left, "is_causal=True with one query"),
+        (
+            lambda q, k, v, c, t: cached_attention(rope(q, at(0)), rope(k, at(t)), v, c),
+            "rotated at position 0, its index in a chunk of one",
+        ),
         (decode_by_hand_unscaled(1.0), "not divided by √d"),
         (decode_by_hand_unscaled("d"), "divided by d, not by √d"),
     ],
@@ -379,6 +392,7 @@ def test_check_seed_interval_accepts_correct_forms(capsys, fn):
         (interval(axis=1), "wrong axis"),
         (lambda acc: acc.mean(0), "expected a pair"),
         (interval_as(lambda m, h: (m - h, m + h)), "it returns (low, high)"),
+        (interval(q=2.776), "2.776, the quantile for 5 seeds"),
         (interval_as(lambda m, h: (h, m)), "it returns (half_width, mean)"),
         (interval_as(lambda m, h: (m, (m - h, m + h))), "its second element is (low, high)"),
     ],

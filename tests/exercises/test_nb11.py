@@ -102,6 +102,7 @@ ABSORB_WRONG = [
     (lambda q, W: np.einsum("hd,hdr->hd", q, W), "sums over the latent axis r"),
     (lambda q, W: q @ W, "q_nope @ W_UK broadcasts"),
     (lambda q, W: q * 2.0, "the shape of q_nope"),
+    (lambda q, W: np.einsum("hd,hrd->hr", q, W.reshape(3, 6, 4)), "reshapes W_UK[i]"),
 ]
 
 
