@@ -18,7 +18,7 @@ rotated key, no RoPE, as the other three have none), "MLA + RoPE" splits it as D
 widths, parameters, MLA's normalised latent) is listed by `differences`.
 
 The sweep trains every variant at every budget over `SEEDS` with the same data and steps
-(about an hour of one CPU core, too long for a notebook): `python -m mha_lib.efficient.recall`
+(about 20 minutes of one CPU core, too long for a notebook): `python -m mha_lib.efficient.recall`
 writes `SWEEP_FILE` (`mha_lib/data/nb11_recall_sweep.json`) and notebook 11 reads it with
 `load_sweep`. tests/efficient/test_recall.py regenerates a documented subset and compares it
 within margins (training follows the processor's rounding, so not bit for bit), and trains a
