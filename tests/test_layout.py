@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "mha_lib"
 CORE = ["attention", "multihead", "pytorch", "block", "conv", "positions"]
 SHARED = ["plot", "diagrams", "example", "stats", "testing", "optim", "memory", "_checks"]
-PARTS = ["pretrained", "toy", "efficient", "extrapolation"]
+PARTS = ["pretrained", "toy", "efficient", "extrapolation", "distributed"]
 TOOLS = ["exercises", "bench", "data"]
 
 

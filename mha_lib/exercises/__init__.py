@@ -35,5 +35,7 @@ from .nb07 import *  # noqa: F403
 from .nb07 import __all__ as _nb07
 from .nb11 import *  # noqa: F403
 from .nb11 import __all__ as _nb11
+from .nb14 import *  # noqa: F403
+from .nb14 import __all__ as _nb14
 
-__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb06, *_nb07, *_nb11]
+__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb06, *_nb07, *_nb11, *_nb14]

@@ -1,0 +1,118 @@
+"""`python -m mha_lib.distributed`: notebook 14's checks from a terminal, spawned or under torchrun.
+
+Each job runs on every rank, compares what the ranks computed together with the same thing
+computed in one process, and rank 0 prints one ✓ line (or the group ends with an error):
+
+    python -m mha_lib.distributed collectives --world-size 3
+    python -m mha_lib.distributed ring --world-size 4 --tokens 37 --causal
+    python -m mha_lib.distributed tp --world-size 3
+    torchrun --standalone --nproc-per-node 4 -m mha_lib.distributed ring --tokens 37 --causal
+
+Without torchrun the command starts the processes itself (`launch.run`); under torchrun (which
+sets RANK and WORLD_SIZE) every process joins the group torchrun describes. --backend nccl runs
+the same jobs on GPUs, one per rank.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ..testing import assert_close
+from . import collectives
+from .decoder import TINY, RandomWeights, decoder_logits
+from .launch import init_from_env, run
+from .ring import gather_sequence, ring_attention_rank, split_sequence
+from .tensor_parallel import tensor_parallel_rank
+
+__all__ = ["job", "main"]
+
+JOBS = ("collectives", "ring", "tp")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m mha_lib.distributed", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("job", choices=JOBS)
+    p.add_argument(
+        "--world-size", type=int, default=3, help="processes to start (not under torchrun)"
+    )
+    p.add_argument("--tokens", type=int, default=37, help="ring: sequence length N")
+    p.add_argument("--causal", action="store_true", help="ring: causal (zigzag layout)")
+    p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
+    p.add_argument("--comm-timeout", type=float, default=60.0, help="seconds a collective waits")
+    return p
+
+
+def _ring_inputs(tokens: int) -> tuple:
+    g = torch.Generator().manual_seed(0)
+    return tuple(torch.randn(2, 3, tokens, 16, generator=g) for _ in range(3))  # q, k, v
+
+
+def job(name: str, tokens: int = 37, causal: bool = False) -> str | None:
+    """Worker: run job `name` on this rank; rank 0 returns the ✓ line, the others None."""
+    r, P = dist.get_rank(), dist.get_world_size()
+    if name == "collectives":
+        out = [
+            collectives.all_reduce_demo()["after"],
+            collectives.all_gather_demo()["after"],
+            collectives.reduce_scatter_demo()["after"],
+            collectives.send_recv_demo()["after"],
+        ]
+        assert_close(out[0], P * (P + 1) / 2 * torch.tensor([1.0, 10.0, 100.0]))
+        assert_close(out[1], torch.tensor([[10.0 * j, 10.0 * j + 1] for j in range(P)]))
+        assert_close(out[2], torch.full((2,), (r + 1.0) * P * (P + 1) / 2))
+        assert_close(out[3], torch.full((3,), float((r - 1) % P)))
+        counted = collectives.counted_collectives(12 * P)
+        sent = counted["traffic"].sent
+        for op in ("all_reduce", "reduce_scatter", "all_gather"):
+            assert sent.get(op, 0) == collectives.ring_bytes(op, 12 * P, P), op
+        line = (
+            f"✓ all_reduce, all_gather, reduce_scatter, send/recv on {P} ranks; "
+            "ring bytes counted == formula"
+        )
+    elif name == "ring":
+        layout = "zigzag" if causal else "contiguous"
+        q, k, v = _ring_inputs(tokens)
+        mine = [split_sequence(x, P, layout)[r] for x in (q, k, v)]
+        o = ring_attention_rank(*mine, tokens, tokens, causal, layout)["o"]
+        blocks = [None] * P
+        dist.all_gather_object(blocks, o)
+        full = gather_sequence(blocks, tokens, layout)
+        assert_close(
+            full, F.scaled_dot_product_attention(q, k, v, is_causal=causal), atol=1e-5, rtol=1e-5
+        )
+        line = f"✓ ring attention ({layout}, causal={causal}) on {P} ranks, N = {tokens} == SDPA"
+    else:
+        ids = torch.randint(0, TINY.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+        weights = RandomWeights(TINY, seed=0)
+        logits = tensor_parallel_rank(TINY, weights, ids)["logits"]
+        assert_close(logits, decoder_logits(TINY, weights, ids), atol=1e-4, rtol=1e-5)
+        line = f"✓ the random-weight decoder sharded over {P} ranks == the same in one process"
+    return line if r == 0 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
+        init_from_env(args.backend, args.comm_timeout)
+        line = job(args.job, args.tokens, args.causal)
+        dist.destroy_process_group()
+    else:
+        line = run(
+            job,
+            args.world_size,
+            args.job,
+            args.tokens,
+            args.causal,
+            backend=args.backend,
+            comm_timeout=args.comm_timeout,
+        )[0]
+    if line:
+        print(line, flush=True)
+    return 0

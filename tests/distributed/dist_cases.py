@@ -1,0 +1,106 @@
+"""The checks that tests/distributed/ runs in its shared process groups, and their inputs.
+
+Imported by conftest.py (which starts one group per world size) and by the test modules (which
+compute the single-process references from the same inputs).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mha_lib.distributed import collectives, command, launch
+from mha_lib.distributed.decoder import TINY, DecoderConfig, RandomWeights
+from mha_lib.distributed.ring import gathered_attention_rank, ring_attention_rank, split_sequence
+from mha_lib.distributed.tensor_parallel import tensor_parallel_rank
+
+WORLD_SIZES = (1, 2, 3, 4)
+# the same kind of model with 4 key/value heads, for world sizes 2 and 4 (TINY has 3)
+TINY_KV4 = DecoderConfig(96, 48, 2, 8, 4, 6, 96)
+
+
+def ring_cases(P: int) -> dict[str, tuple]:
+    """name: (B, h, N, M, d_k, d_v, is_causal, layout, dtype): odd lengths, N != M, the
+    shortest sequence P allows, both layouts, causal and not."""
+    shortest = 2 * P  # every chunk one token
+    return {
+        "contiguous": (2, 3, 13, 13, 8, 5, False, "contiguous", torch.float64),
+        "contiguous_cross": (1, 2, 11, 17, 8, 6, False, "contiguous", torch.float64),
+        "zigzag": (2, 3, 13, 13, 8, 5, False, "zigzag", torch.float64),
+        "contiguous_causal": (2, 3, 13, 13, 8, 5, True, "contiguous", torch.float64),
+        "zigzag_causal": (2, 3, 13, 13, 8, 5, True, "zigzag", torch.float64),
+        "zigzag_causal_shortest": (1, 2, shortest, shortest, 4, 4, True, "zigzag", torch.float64),
+        "zigzag_causal_float32": (2, 4, 37, 37, 16, 16, True, "zigzag", torch.float32),
+    }
+
+
+def ring_inputs(case: tuple, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    B, h, N, M, d_k, d_v, _, _, dtype = case
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, h, N, d_k, generator=g, dtype=dtype)
+    k = torch.randn(B, h, M, d_k, generator=g, dtype=dtype)
+    v = torch.randn(B, h, M, d_v, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def tp_config(P: int) -> DecoderConfig:
+    return TINY if 3 % P == 0 else TINY_KV4
+
+
+def tp_ids() -> torch.Tensor:
+    return torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
+
+
+def tp_cases(P: int) -> dict[str, tuple]:
+    """name: (config, weights, counted)."""
+    config = tp_config(P)
+    return {
+        "tp_float64": (config, RandomWeights(config, seed=3, dtype=torch.float64), False),
+        "tp_counted": (config, RandomWeights(config, seed=3), True),
+    }
+
+
+COLLECTIVES = {
+    "all_reduce": (collectives.all_reduce_demo, ()),
+    "all_gather": (collectives.all_gather_demo, ()),
+    "reduce_scatter": (collectives.reduce_scatter_demo, ()),
+    "send_recv": (collectives.send_recv_demo, ()),
+    "counted_24": (collectives.counted_collectives, (24,)),
+    "counted_uneven": (collectives.counted_collectives, (23, torch.float64)),
+    "whoami": (launch.whoami, ()),
+}
+
+
+def _calls(P: int, rank: int) -> dict[str, tuple]:
+    calls = dict(COLLECTIVES)
+    for name, case in ring_cases(P).items():
+        N, M, is_causal, layout = case[2], case[3], case[6], case[7]
+        mine = [split_sequence(x, P, layout)[rank] for x in ring_inputs(case)]
+        calls[name] = (ring_attention_rank, (*mine, N, M, is_causal, layout))
+        if name == "zigzag_causal":
+            calls["gathered"] = (gathered_attention_rank, (*mine, N, M, is_causal, layout))
+    for name, (config, weights, counted) in tp_cases(P).items():
+        calls[name] = (tensor_parallel_rank, (config, weights, tp_ids(), counted))
+    calls["job_ring"] = (command.job, ("ring", 2 * P + 1, True))
+    calls["job_collectives"] = (command.job, ("collectives",))
+    if 3 % P == 0:
+        calls["job_tp"] = (command.job, ("tp",))
+    return calls
+
+
+class Groups:
+    """groups[P]: {check name: [what rank 0, 1, ... returned]}, from one group of P processes."""
+
+    def __init__(self):
+        self.results: dict[int, dict[str, list]] = {}
+        self.seconds: dict[int, float] = {}
+        self.peak_rss: dict[int, list] = {}
+
+    def __getitem__(self, P: int) -> dict[str, list]:
+        if P not in self.results:
+            per_rank = [(list(_calls(P, r).values()),) for r in range(P)]
+            names = list(_calls(P, 0))
+            out = launch.run(launch.in_turn, P, per_rank=per_rank, timeout=240)
+            self.results[P] = {name: [out[r][i] for r in range(P)] for i, name in enumerate(names)}
+            self.seconds[P] = out.seconds
+            self.peak_rss[P] = out.peak_rss
+        return self.results[P]
