@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
         init_from_env(args.backend, args.comm_timeout)
         line = job(args.job, args.tokens, args.causal)
+        dist.barrier()  # every rank done before any leaves
         dist.destroy_process_group()
     else:
         line = run(

@@ -17,6 +17,7 @@ What it holds:
   group costs a second or more to start: each process imports torch);
 - `whoami()`: a worker returning its rank, the world size, the backend and its process id;
 - `fail_on_rank`, `hang_on_rank`: workers that fail on purpose, for §5;
+- `peak_rss()`: this process's peak resident memory (what `run` reports for each rank);
 - `rank_device()`: where this rank computes (the CPU under gloo, its own GPU under NCCL);
 - `init_from_env()`: join the group that `torchrun` describes in the environment.
 
@@ -57,6 +58,7 @@ __all__ = [
     "hang_on_rank",
     "in_turn",
     "init_from_env",
+    "peak_rss",
     "rank_device",
     "run",
     "whoami",
@@ -76,8 +78,7 @@ class Ranks(list):
     """What each rank returned, in rank order, with how the run went.
 
     seconds: wall time of the whole run (starting the processes included);
-    peak_rss: each process's peak resident memory in bytes (None where the system does not
-    say: `resource` exists on Linux and macOS).
+    peak_rss: each process's peak resident memory in bytes (Linux and macOS; None elsewhere).
     """
 
     seconds: float = 0.0
@@ -103,14 +104,24 @@ class GroupError(RuntimeError):
         super().__init__("\n".join(lines))
 
 
-def _peak_rss() -> int | None:
-    """This process's peak resident set size in bytes (None without the `resource` module)."""
+def peak_rss() -> int | None:
+    """This process's peak resident set size in bytes, or None where the system does not say.
+
+    Linux: VmHWM from /proc/self/status, the peak of this program's memory. (getrusage's
+    ru_maxrss would be wrong here: it keeps the peak of the process before it called exec, and a
+    spawned process starts as a copy of its parent, a whole Jupyter kernel.) macOS: ru_maxrss.
+    """
+    status = "/proc/self/status"
+    if os.path.exists(status):
+        with open(status) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024  # kB
     try:
         import resource
     except ImportError:  # Windows
         return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # macOS: bytes; Linux: KiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if sys.platform == "darwin" else None
 
 
 def _rank_main(rank, world_size, port, backend, comm_timeout, threads, payload, conn) -> None:
@@ -125,13 +136,16 @@ def _rank_main(rank, world_size, port, backend, comm_timeout, threads, payload, 
         if backend == "nccl":
             torch.cuda.set_device(rank)
         value = fn(*args)
+        # no rank leaves before every rank is done: a rank that is still connecting (gloo sets
+        # up its connections as it starts) would otherwise see its peers' sockets close
+        dist.barrier()
         dist.destroy_process_group()
-        conn.send_bytes(pickle.dumps(("ok", value, _peak_rss())))
+        conn.send_bytes(pickle.dumps(("ok", value, peak_rss())))
         conn.close()
     except BaseException as exc:  # everything goes back to the parent, then this process ends
         message = _SOURCE_LOCATION.sub("", str(exc)).strip()
         line = f"{type(exc).__name__}: {message}".strip().splitlines()[0]
-        report = ("error", line, traceback.format_exc(), _peak_rss())
+        report = ("error", line, traceback.format_exc(), peak_rss())
         try:
             conn.send_bytes(pickle.dumps(report))
             conn.close()
@@ -309,9 +323,8 @@ def _raise_if_failed(reports, world_size: int, timeout: float, comm_timeout: flo
         raise GroupError(rank, world_size, "exited", cause, lines)
     if errors and running:  # the others gave up waiting: the ranks still running hung
         rank = running[0]
-        waiting = ", ".join(str(r) for r in errors)
         cause = (
-            f"still running when rank(s) {waiting} timed out waiting for it in a collective "
+            "still running after the others timed out waiting for it in a collective "
             f"(comm_timeout = {comm_timeout:g} s); killed"
         )
         raise GroupError(rank, world_size, "hung", cause, lines)

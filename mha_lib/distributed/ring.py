@@ -31,6 +31,7 @@ What it holds:
   every rank (with the counted ring all-gather), then attend;
 - `ring_kv_bytes(...)`: the bytes one rank sends, and the key/value numbers it holds at once,
   for the ring and for gathering;
+- `rank_calls(q, k, v, world_size, ...)`: the call each rank makes on its own chunks;
 - `ring_attention_spawn(q, k, v, world_size, is_causal=False, layout=None)`: the whole thing on
   world_size new processes; returns the output (B, h, N, d_v).
 
@@ -59,6 +60,7 @@ __all__ = [
     "gathered_attention_rank",
     "layout_chunks",
     "merge_partials",
+    "rank_calls",
     "rank_positions",
     "ring_attention_rank",
     "ring_attention_spawn",
@@ -339,6 +341,30 @@ def _check_qkv(q, k, v, is_causal) -> None:
         )
 
 
+def rank_calls(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    world_size: int,
+    is_causal: bool = False,
+    layout: str | None = None,
+    worker=ring_attention_rank,
+) -> list[tuple]:
+    """For each rank, (worker, its arguments): the call it makes on its own chunks of q, k, v.
+
+    worker: `ring_attention_rank` or `gathered_attention_rank`; layout defaults as in
+    `ring_attention_spawn`. Run them with `launch.run(launch.in_turn, ...)`, several per group.
+    """
+    _check_qkv(q, k, v, is_causal)
+    check_int(world_size, "world_size", 1)
+    layout = _check_layout(layout or ("zigzag" if is_causal else "contiguous"))
+    N, M = q.shape[2], k.shape[2]
+    _check_length(N, world_size, "N")
+    _check_length(M, world_size, "M")
+    blocks = zip(*(split_sequence(x.detach().cpu(), world_size, layout) for x in (q, k, v)))
+    return [(worker, (*b, N, M, is_causal, layout)) for b in blocks]  # rank r: its chunks only
+
+
 def ring_attention_spawn(
     q: Tensor,
     k: Tensor,
@@ -355,13 +381,7 @@ def ring_attention_spawn(
     `F.scaled_dot_product_attention(q, k, v, is_causal=is_causal)` up to the order of the sums.
     run_options go to `launch.run` (timeout, comm_timeout, backend).
     """
-    _check_qkv(q, k, v, is_causal)
-    check_int(world_size, "world_size", 1)
-    layout = _check_layout(layout or ("zigzag" if is_causal else "contiguous"))
-    N, M = q.shape[2], k.shape[2]
-    _check_length(N, world_size, "N")
-    _check_length(M, world_size, "M")
-    blocks = zip(*(split_sequence(x.detach().cpu(), world_size, layout) for x in (q, k, v)))
-    per_rank = [(*b, N, M, is_causal, layout) for b in blocks]  # rank r: its chunks only
-    results = run(ring_attention_rank, world_size, per_rank=per_rank, **run_options)
-    return gather_sequence([res["o"] for res in results], N, layout).to(q.device)
+    layout = layout or ("zigzag" if is_causal else "contiguous")
+    calls = rank_calls(q, k, v, world_size, is_causal, layout)
+    results = run(ring_attention_rank, world_size, per_rank=[a for _, a in calls], **run_options)
+    return gather_sequence([res["o"] for res in results], q.shape[2], layout).to(q.device)

@@ -234,7 +234,7 @@ def check_zigzag(fn):
                 "all (a later chunk needs more keys: chunk c needs c full pairs and one "
                 "diagonal); give every rank the same sum of chunk indices"
             )
-        lines.append(f"P = {P}: {int(work.max(axis=1).sum())} pair-times")
+        lines.append(f"P = {P}: {int(work.max(axis=1).sum())} pair-steps")
     return Note("every rank the same work at every step; " + ", ".join(lines))
 
 

@@ -127,7 +127,8 @@ def test_merge_of_two_key_sets_is_attention_over_both():
     # a part with no key (lse = -inf, o = 0), the start of every ring: the other part unchanged
     empty_o, empty_lse = torch.zeros_like(o_a), torch.full_like(lse_a, -math.inf)
     o, lse = merge_partials(empty_o, empty_lse, o_a, lse_a)
-    assert_close(o, o_a, rtol=0, atol=0) and assert_close(lse, lse_a, rtol=0, atol=0)
+    assert_close(o, o_a, rtol=0, atol=0)
+    assert_close(lse, lse_a, rtol=0, atol=0)
     o, lse = merge_partials(empty_o, empty_lse, empty_o, empty_lse)  # nothing seen at all: 0
     assert not o.isnan().any() and (o == 0).all() and (lse == -math.inf).all()
 

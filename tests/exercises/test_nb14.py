@@ -125,7 +125,7 @@ def mirrored(P):  # another balanced assignment: the middle two chunks to rank 0
 def test_zigzag_accepts_balanced_assignments(capsys, fn):
     assert check_zigzag(fn)
     out = verdict(capsys)
-    assert "✓ zigzag: correct" in out and "P = 4: 9 pair-times" in out
+    assert "✓ zigzag: correct" in out and "P = 4: 9 pair-steps" in out
 
 
 ZIGZAG_WRONG = [
