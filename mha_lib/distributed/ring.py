@@ -27,6 +27,8 @@ What it holds:
 - `block_kind(a, b, is_causal)` and `work_per_step(world_size, layout, is_causal)`: the chunk
   pairs each rank computes or skips at each step, counted without running anything;
 - `ring_attention_rank(q, k, v, N, M, is_causal, layout)`: worker, this rank's share;
+- `ring_attention_backward_rank(...)`: worker, the gradients on the same ring, each block's
+  dk and dv travelling one step behind it; `ring_attention_grad_rank(...)` both passes;
 - `gathered_attention_rank(...)`: worker, the alternative: gather every key and value on
   every rank (with the counted ring all-gather), then attend;
 - `ring_kv_bytes(...)`: the bytes one rank sends, and the key/value numbers it holds at once,
@@ -48,7 +50,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .._checks import check_int
-from ..efficient.flash import flash_attention_forward
+from ..efficient.flash import flash_attention_backward, flash_attention_forward
 from .collectives import Traffic, ring_all_gather
 from .launch import rank_device, run
 
@@ -62,6 +64,8 @@ __all__ = [
     "merge_partials",
     "rank_calls",
     "rank_positions",
+    "ring_attention_backward_rank",
+    "ring_attention_grad_rank",
     "ring_attention_rank",
     "ring_attention_spawn",
     "ring_kv_bytes",
@@ -210,6 +214,24 @@ def _pieces(x: Tensor, bounds: list[tuple[int, int]], chunks: tuple[int, ...]) -
     return list(x.split(sizes, dim=2))
 
 
+def _start_pass(send: Tensor, receive: Tensor, tag: int = 0) -> list:
+    """Post the send of `send` to the next rank and the receive into `receive` from the
+    previous one; returns the requests to wait for."""
+    r, P = dist.get_rank(), dist.get_world_size()
+    ops = [
+        dist.P2POp(dist.isend, send, (r + 1) % P, tag=tag),
+        dist.P2POp(dist.irecv, receive, (r - 1) % P, tag=tag),
+    ]
+    return dist.batch_isend_irecv(ops)
+
+
+def _finish_pass(requests, send: Tensor, receive: Tensor, traffic: Traffic, what: str) -> None:
+    for request in requests:
+        request.wait()
+    nbytes = send.numel() * send.element_size()
+    traffic.add(what, sent=nbytes, received=receive.numel() * receive.element_size())
+
+
 def ring_attention_rank(
     q: Tensor, k: Tensor, v: Tensor, N: int, M: int, is_causal: bool, layout: str
 ) -> dict:
@@ -240,12 +262,7 @@ def ring_attention_rank(
         if t < P - 1:  # post the next transfer first: it runs while this block is computed
             nxt = (r - t - 1) % P
             incoming = kv.new_empty(*kv.shape[:2], _length(kv_bounds, chunks[nxt]), kv.shape[3])
-            requests = dist.batch_isend_irecv(
-                [
-                    dist.P2POp(dist.isend, kv, (r + 1) % P),
-                    dist.P2POp(dist.irecv, incoming, (r - 1) % P),
-                ]
-            )
+            requests = _start_pass(kv, incoming)
         k_src, v_src = kv[..., :d_k], kv[..., d_k:]
         k_parts = _pieces(k_src, kv_bounds, chunks[src])
         v_parts = _pieces(v_src, kv_bounds, chunks[src])
@@ -263,13 +280,7 @@ def ring_attention_rank(
                 computed += 1
         work.append((computed, skipped))
         if t < P - 1:
-            for request in requests:
-                request.wait()
-            traffic.add(
-                "kv",
-                sent=kv.numel() * kv.element_size(),
-                received=incoming.numel() * incoming.element_size(),
-            )
+            _finish_pass(requests, kv, incoming, traffic, "kv")
             kv = incoming
     return {
         "o": torch.cat(o, dim=2).cpu(),
@@ -281,6 +292,85 @@ def ring_attention_rank(
 
 def _length(bounds, chunks) -> int:
     return sum(bounds[c][1] - bounds[c][0] for c in chunks)
+
+
+def ring_attention_backward_rank(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    o: Tensor,
+    lse: Tensor,
+    do: Tensor,
+    N: int,
+    M: int,
+    is_causal: bool,
+    layout: str,
+) -> dict:
+    """Worker: the gradients of ring attention, computed on the same ring.
+
+    q, k, v as in `ring_attention_rank`; o (B, h, n_r, d_v) and lse (B, h, n_r) what it returned
+    on this rank; do (B, h, n_r, d_v) the gradient of the loss with respect to o. Each block of
+    keys and values travels the ring as in the forward pass, and its gradient (dk, dv) travels
+    one step behind it: every rank adds its share (`efficient.flash_attention_backward`, which
+    recomputes the weights from q, k and the final lse) and passes it on, and after P steps each
+    block's gradient reaches its owner. Returns {"dq", "dk", "dv", "traffic"}.
+    """
+    r, P = dist.get_rank(), dist.get_world_size()
+    device = rank_device()
+    q, k, v, o, lse, do = (x.to(device) for x in (q, k, v, o, lse, do))
+    q_bounds, kv_bounds = chunk_bounds(N, P), chunk_bounds(M, P)
+    chunks = layout_chunks(layout, P)
+    d_k = q.shape[3]
+    q_parts, o_parts, lse_parts, do_parts = (
+        _pieces(x, q_bounds, chunks[r]) for x in (q, o, lse, do)
+    )  # 2 x (B, h, chunk, ...) each
+    dq = torch.zeros_like(q)  # (B, h, n_r, d_k)
+    dq_parts = _pieces(dq, q_bounds, chunks[r])  # views into dq
+    kv = torch.cat([k, v], dim=-1).contiguous()  # (B, h, m_r, d_k + d_v)
+    dkv = torch.zeros_like(kv)  # the gradient of the block held, gathered on its way round
+    traffic = Traffic()
+    for t in range(P):
+        src = (r - t) % P
+        nxt = (r - t - 1) % P  # whose block arrives next (after the last step: this rank's own)
+        if t < P - 1:
+            incoming = kv.new_empty(*kv.shape[:2], _length(kv_bounds, chunks[nxt]), kv.shape[3])
+            requests = _start_pass(kv, incoming)
+        k_parts = _pieces(kv[..., :d_k], kv_bounds, chunks[src])
+        v_parts = _pieces(kv[..., d_k:], kv_bounds, chunks[src])
+        dk_parts = _pieces(dkv[..., :d_k], kv_bounds, chunks[src])  # views into dkv
+        dv_parts = _pieces(dkv[..., d_k:], kv_bounds, chunks[src])
+        for i, a in enumerate(chunks[r]):
+            for j, b in enumerate(chunks[src]):
+                kind = block_kind(a, b, is_causal)
+                if kind == "skipped":
+                    continue
+                dq_ab, dk_ab, dv_ab = flash_attention_backward(
+                    do_parts[i], q_parts[i], k_parts[j], v_parts[j], o_parts[i], lse_parts[i],
+                    is_causal=kind == "diagonal",
+                )  # fmt: skip
+                dq_parts[i] += dq_ab
+                dk_parts[j] += dk_ab
+                dv_parts[j] += dv_ab
+        if P > 1:  # the gradient follows its block to the next rank
+            grads = dkv.new_empty(*dkv.shape[:2], _length(kv_bounds, chunks[nxt]), dkv.shape[3])
+            _finish_pass(_start_pass(dkv, grads, tag=1), dkv, grads, traffic, "dkv")
+            dkv = grads
+        if t < P - 1:
+            _finish_pass(requests, kv, incoming, traffic, "kv")
+            kv = incoming
+    return {"dq": dq.cpu(), "dk": dkv[..., :d_k].cpu(), "dv": dkv[..., d_k:].cpu(),
+            "traffic": traffic}  # fmt: skip
+
+
+def ring_attention_grad_rank(
+    q: Tensor, k: Tensor, v: Tensor, do: Tensor, N: int, M: int, is_causal: bool, layout: str
+) -> dict:
+    """Worker: one forward and one backward pass of ring attention on this rank; returns
+    {"o", "dq", "dk", "dv"} (this rank's chunks) and the bytes of both passes."""
+    forward = ring_attention_rank(q, k, v, N, M, is_causal, layout)
+    o, lse = forward["o"], forward["lse"]
+    grads = ring_attention_backward_rank(q, k, v, o, lse, do, N, M, is_causal, layout)
+    return {"o": o, **grads, "forward_traffic": forward["traffic"]}
 
 
 def gathered_attention_rank(
@@ -349,10 +439,12 @@ def rank_calls(
     is_causal: bool = False,
     layout: str | None = None,
     worker=ring_attention_rank,
+    do: Tensor | None = None,
 ) -> list[tuple]:
     """For each rank, (worker, its arguments): the call it makes on its own chunks of q, k, v.
 
-    worker: `ring_attention_rank` or `gathered_attention_rank`; layout defaults as in
+    worker: `ring_attention_rank` or `gathered_attention_rank`, or `ring_attention_grad_rank`
+    with do (B, h, N, d_v), the gradient of the output, cut the same way; layout defaults as in
     `ring_attention_spawn`. Run them with `launch.run(launch.in_turn, ...)`, several per group.
     """
     _check_qkv(q, k, v, is_causal)
@@ -361,7 +453,11 @@ def rank_calls(
     N, M = q.shape[2], k.shape[2]
     _check_length(N, world_size, "N")
     _check_length(M, world_size, "M")
-    blocks = zip(*(split_sequence(x.detach().cpu(), world_size, layout) for x in (q, k, v)))
+    if do is not None and do.shape != (*q.shape[:3], v.shape[3]):
+        raise ValueError(f"do has shape {tuple(do.shape)}; expected (B, h, N, d_v) = "
+                         f"{(*q.shape[:3], v.shape[3])}, the output's")  # fmt: skip
+    tensors = (q, k, v) if do is None else (q, k, v, do)
+    blocks = zip(*(split_sequence(x.detach().cpu(), world_size, layout) for x in tensors))
     return [(worker, (*b, N, M, is_causal, layout)) for b in blocks]  # rank r: its chunks only
 
 

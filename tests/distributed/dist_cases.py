@@ -10,7 +10,13 @@ import torch
 
 from mha_lib.distributed import collectives, command, launch
 from mha_lib.distributed.decoder import TINY, DecoderConfig, RandomWeights
-from mha_lib.distributed.ring import gathered_attention_rank, ring_attention_rank, split_sequence
+from mha_lib.distributed.ring import (
+    gathered_attention_rank,
+    rank_calls,
+    ring_attention_grad_rank,
+    ring_attention_rank,
+    split_sequence,
+)
 from mha_lib.distributed.tensor_parallel import tensor_parallel_rank
 
 WORLD_SIZES = (1, 2, 3, 4)
@@ -33,13 +39,19 @@ def ring_cases(P: int) -> dict[str, tuple]:
     }
 
 
-def ring_inputs(case: tuple, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def ring_inputs(case: tuple, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """q, k, v and do (the gradient of the output, for the backward cases)."""
     B, h, N, M, d_k, d_v, _, _, dtype = case
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(B, h, N, d_k, generator=g, dtype=dtype)
     k = torch.randn(B, h, M, d_k, generator=g, dtype=dtype)
     v = torch.randn(B, h, M, d_v, generator=g, dtype=dtype)
-    return q, k, v
+    do = torch.randn(B, h, N, d_v, generator=g, dtype=dtype)
+    return q, k, v, do
+
+
+# the backward pass (forward, then backward on the same ring): name -> a case of ring_cases
+GRAD_CASES = {"grad_zigzag_causal": "zigzag_causal", "grad_contiguous_cross": "contiguous_cross"}
 
 
 def tp_config(P: int) -> DecoderConfig:
@@ -75,9 +87,14 @@ def _calls(P: int, rank: int) -> dict[str, tuple]:
     for name, case in ring_cases(P).items():
         N, M, is_causal, layout = case[2], case[3], case[6], case[7]
         mine = [split_sequence(x, P, layout)[rank] for x in ring_inputs(case)]
-        calls[name] = (ring_attention_rank, (*mine, N, M, is_causal, layout))
+        calls[name] = (ring_attention_rank, (*mine[:3], N, M, is_causal, layout))
         if name == "zigzag_causal":
-            calls["gathered"] = (gathered_attention_rank, (*mine, N, M, is_causal, layout))
+            calls["gathered"] = (gathered_attention_rank, (*mine[:3], N, M, is_causal, layout))
+    for name, of in GRAD_CASES.items():
+        q, k, v, do = ring_inputs(ring_cases(P)[of])
+        is_causal, layout = ring_cases(P)[of][6:8]
+        grad_calls = rank_calls(q, k, v, P, is_causal, layout, ring_attention_grad_rank, do)
+        calls[name] = grad_calls[rank]
     for name, (config, weights, counted) in tp_cases(P).items():
         calls[name] = (tensor_parallel_rank, (config, weights, tp_ids(), counted))
     calls["job_ring"] = (command.job, ("ring", 2 * P + 1, True))

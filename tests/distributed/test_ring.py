@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from dist_cases import WORLD_SIZES, ring_cases, ring_inputs
+from dist_cases import GRAD_CASES, WORLD_SIZES, ring_cases, ring_inputs
 
 from mha_lib.distributed.ring import (
     block_kind,
@@ -18,6 +18,7 @@ from mha_lib.distributed.ring import (
     gather_sequence,
     layout_chunks,
     merge_partials,
+    rank_calls,
     rank_positions,
     ring_attention_spawn,
     ring_kv_bytes,
@@ -38,7 +39,7 @@ def tolerance(dtype) -> dict:
 @pytest.mark.parametrize("name", CASES)
 def test_ring_attention_equals_sdpa(groups, P, name):
     case = ring_cases(P)[name]
-    q, k, v = ring_inputs(case)
+    q, k, v, _ = ring_inputs(case)
     is_causal, layout = case[6], case[7]
     ranks = groups[P][name]
     o = gather_sequence([r["o"] for r in ranks], q.shape[2], layout)
@@ -96,9 +97,29 @@ def test_bytes_sent_are_the_formula_and_an_all_gathers(groups, P):
 @pytest.mark.parametrize("P", WORLD_SIZES)
 def test_gathering_everything_gives_the_same_output(groups, P):
     case = ring_cases(P)["zigzag_causal"]
-    q, k, v = ring_inputs(case)
+    q, k, v, _ = ring_inputs(case)
     o = gather_sequence([r["o"] for r in groups[P]["gathered"]], q.shape[2], "zigzag")
     assert_close(o, F.scaled_dot_product_attention(q, k, v, is_causal=True), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("P", WORLD_SIZES)
+@pytest.mark.parametrize("name", list(GRAD_CASES))
+def test_backward_on_the_ring_equals_autograd(groups, P, name):
+    """dq, dk, dv from the ring (each block's gradient travelling behind it) equal autograd's
+    through SDPA, to 1e-12 in float64; each rank sends P - 1 blocks and P block gradients."""
+    case = ring_cases(P)[GRAD_CASES[name]]
+    q, k, v, do = ring_inputs(case)
+    is_causal, layout = case[6], case[7]
+    q, k, v = (x.clone().requires_grad_(True) for x in (q, k, v))
+    F.scaled_dot_product_attention(q, k, v, is_causal=is_causal).backward(do)
+    ranks = groups[P][name]
+    for grad, x in (("dq", q), ("dk", k), ("dv", v)):
+        got = gather_sequence([r[grad] for r in ranks], x.shape[2], layout)
+        assert_close(got, x.grad, rtol=0, atol=1e-12, msg=grad)
+    for result in ranks:
+        sent = result["traffic"].sent
+        assert sent.get("kv", 0) == result["forward_traffic"].sent.get("kv", 0)
+        assert result["traffic"].messages.get("dkv", 0) == (P if P > 1 else 0)
 
 
 def test_ring_attention_spawn_returns_the_gathered_output():
@@ -192,5 +213,7 @@ def test_bad_input_is_named_before_any_process_starts():
         ring_attention_spawn(q, q, q, 2, layout="striped")
     with pytest.raises(ValueError, match=r"k has shape .* torch\.float64"):
         ring_attention_spawn(q, q.double(), q, 2)
+    with pytest.raises(ValueError, match=r"do has shape \(1, 2, 7\); expected \(B, h, N, d_v\)"):
+        rank_calls(q, q, q, 2, do=q[..., 0])
     with pytest.raises(ValueError, match="M = 12 is not divisible by 2 · world_size = 8"):
         ring_kv_bytes(1, 1, 12, 4, 4, 4)
