@@ -15,8 +15,9 @@ A module per idea:
   returns what each rank returned; `GroupError` names the rank that failed and why;
 - `collectives`: workers showing all_reduce, all_gather, reduce_scatter and send/recv; the ring
   algorithms with their bytes counted (`Traffic`) and by formula (`ring_bytes`);
-- `ring`: ring attention, contiguous and load-balanced ("zigzag") causal layouts, the merge of
-  partial results by log-sum-exp, the work and bytes counted; `ring_attention_spawn`;
+- `ring`: ring attention, forward and backward, contiguous and load-balanced ("zigzag") causal
+  layouts, the merge of partial results by log-sum-exp, the work and bytes counted;
+  `ring_attention_spawn`;
 - `decoder`: a Llama-like decoder in one process (SmolLM2's architecture), weights read by name
   and slice from a weight source (seeded random, or given tensors);
 - `tensor_parallel`: the same decoder sharded by heads, MLP units and vocabulary, its collectives
