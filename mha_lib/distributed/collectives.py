@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .._checks import check_int
+from .launch import rank_device
 
 __all__ = [
     "RING_OPS",
@@ -51,44 +52,44 @@ __all__ = [
 
 def all_reduce_demo() -> dict:
     """Worker: every rank ends with the sum of all ranks' (r + 1)·[1, 10, 100]."""
-    r = dist.get_rank()
-    x = (r + 1) * torch.tensor([1.0, 10.0, 100.0])  # (3,)
+    r, device = dist.get_rank(), rank_device()
+    x = (r + 1) * torch.tensor([1.0, 10.0, 100.0], device=device)  # (3,)
     before = x.clone()
     dist.all_reduce(x)  # in place: op=SUM by default
-    return {"before": before, "after": x}
+    return {"before": before.cpu(), "after": x.cpu()}
 
 
 def all_gather_demo() -> dict:
     """Worker: every rank ends with the P pieces [10 r, 10 r + 1], in rank order."""
-    r, P = dist.get_rank(), dist.get_world_size()
-    piece = torch.tensor([10.0 * r, 10.0 * r + 1])  # (2,)
-    pieces = [torch.empty(2) for _ in range(P)]
+    r, P, device = dist.get_rank(), dist.get_world_size(), rank_device()
+    piece = torch.tensor([10.0 * r, 10.0 * r + 1], device=device)  # (2,)
+    pieces = [torch.empty(2, device=device) for _ in range(P)]
     dist.all_gather(pieces, piece)
-    return {"before": piece, "after": torch.stack(pieces)}  # (P, 2)
+    return {"before": piece.cpu(), "after": torch.stack(pieces).cpu()}  # (P, 2)
 
 
 def reduce_scatter_demo() -> dict:
     """Worker: rank r holds pieces (r + 1)·[j + 1, j + 1] for j < P; rank j ends with the sum
     over ranks of piece j."""
-    r, P = dist.get_rank(), dist.get_world_size()
-    pieces = [(r + 1) * torch.full((2,), j + 1.0) for j in range(P)]  # P x (2,)
-    out = torch.empty(2)
+    r, P, device = dist.get_rank(), dist.get_world_size(), rank_device()
+    pieces = [(r + 1) * torch.full((2,), j + 1.0, device=device) for j in range(P)]  # P x (2,)
+    out = torch.empty(2, device=device)
     dist.reduce_scatter(out, pieces)
-    return {"before": torch.stack(pieces), "after": out}  # (P, 2), (2,)
+    return {"before": torch.stack(pieces).cpu(), "after": out.cpu()}  # (P, 2), (2,)
 
 
 def send_recv_demo() -> dict:
     """Worker: each rank sends [r, r, r] to rank r + 1 and receives from rank r - 1 (mod P)."""
-    r, P = dist.get_rank(), dist.get_world_size()
-    x = torch.full((3,), float(r))
-    got = torch.empty(3)
+    r, P, device = dist.get_rank(), dist.get_world_size(), rank_device()
+    x = torch.full((3,), float(r), device=device)
+    got = torch.empty(3, device=device)
     if P == 1:  # a ring of one: the message would go to itself
         got.copy_(x)
     else:
         ops = [dist.P2POp(dist.isend, x, (r + 1) % P), dist.P2POp(dist.irecv, got, (r - 1) % P)]
         for request in dist.batch_isend_irecv(ops):  # both posted at once: no deadlock
             request.wait()
-    return {"before": x, "after": got}
+    return {"before": x.cpu(), "after": got.cpu()}
 
 
 # ----------------------------------------------------------------------- counted ring collectives
@@ -210,7 +211,7 @@ def counted_collectives(numel: int, dtype: torch.dtype = torch.float32) -> dict:
     """
     r, P = dist.get_rank(), dist.get_world_size()
     check_int(numel, "numel", P)
-    x = r + torch.arange(numel, dtype=dtype) / numel  # (numel,)
+    x = r + torch.arange(numel, dtype=dtype, device=rank_device()) / numel  # (numel,)
     traffic = Traffic()
 
     reference = x.clone()
@@ -223,5 +224,7 @@ def counted_collectives(numel: int, dtype: torch.dtype = torch.float32) -> dict:
     pieces = [None] * P
     dist.all_gather_object(pieces, mine)
     gathered = ring_all_gather(mine, [p.numel() for p in pieces], traffic)
-    errors["all_gather"] = float((gathered - torch.cat(pieces)).abs().max())
+    errors["all_gather"] = float(
+        (gathered - torch.cat([p.to(x.device) for p in pieces])).abs().max()
+    )
     return {"traffic": traffic, "errors": errors}

@@ -129,12 +129,12 @@ def _rank_main(rank, world_size, port, backend, comm_timeout, threads, payload, 
     try:
         torch.set_num_threads(threads)
         fn, args = pickle.loads(payload)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)  # one GPU per rank, chosen before the group forms
         store = dist.TCPStore(HOST, port, world_size, is_master=False, timeout=comm_timeout)
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=comm_timeout
         )
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
         value = fn(*args)
         # no rank leaves before every rank is done: a rank that is still connecting (gloo sets
         # up its connections as it starts) would otherwise see its peers' sockets close
