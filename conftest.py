@@ -1,7 +1,7 @@
 """Settings for the whole test suite.
 
 - The notebooks' stored outputs were computed on the CPU, and strict nbval compares them on the
-  CPU on every machine: `mha_lib.pytorch.pick_device()` honours MHA_LIB_DEVICE, and the notebook
+  CPU on every machine: `mha_lib.runtime.pick_device()` honours MHA_LIB_DEVICE, and the notebook
   kernels that nbval starts inherit this process's environment. A machine with a GPU tests its
   GPU in tests/test_gpu.py instead.
 - Notebook 09 needs triton, which ships wheels for Linux x86_64 only: where it cannot be

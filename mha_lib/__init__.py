@@ -1,31 +1,43 @@
 """mha_lib: the helper library of the multi-head attention series.
 
-Laid out as the series is. The core, on top, is what notebooks 01-04 derive and
-what a learner reads beside them:
-- `attention`: softmax, scaled dot-product attention, unweighted
-  self-attention, causal and padding masks (notebooks 01-02);
-- `multihead`: multi-head attention, per-head loop and vectorised, self- and
-  cross-attention (notebook 03);
-- `pytorch`: the PyTorch module `MultiHeadAttention` (notebook 04; imports
-  torch, so import it explicitly);
+Laid out as the series is. The core, on top, is what notebooks 01-04, 07 and 10
+derive and what a learner reads beside them; each module opens with its algorithm:
+- `attention`: scaled dot-product attention, softmax, unweighted self-attention,
+  causal and padding masks (notebooks 01-02);
+- `multihead`: multi-head attention, the per-head loop and the vectorised form,
+  self- and cross-attention (notebook 03);
+- `pytorch`: `explicit_attention` and the module `MultiHeadAttention`, a drop-in
+  for `nn.MultiheadAttention` (notebook 04; imports torch, so import it explicitly);
 - `block`: a Transformer encoder block around it (notebook 04; imports torch);
 - `conv`: a k x k convolution computed as multi-head self-attention with k^2
-  heads (notebook 07; imports torch).
-Shared by every notebook: `plot` (attention heatmaps), `diagrams` (the data
-flow and the head split), `example` (the running example), `_checks` (input
-checks with clear messages).
+  heads (notebook 07; imports torch);
+- `positions`: sinusoidal encodings, `rope` (rotary embeddings), T5's relative
+  buckets (notebook 10; imports torch).
+Shared by every notebook: `testing` (`assert_close`, the one equality check),
+`plot` (attention heatmaps), `diagrams` (the data flow and the head split),
+`example` (the running example), `stats` (Wilson and t intervals), `runtime`
+(`pick_device`, a light `Adam`, freed memory handed back: what the notebooks'
+kernels need) and `_checks` (input checks with clear messages).
 
 One package per later part, each importing the core and never imported by it:
 - `pretrained/`: a real pretrained encoder and what its heads do (notebook 05);
 - `toy/`: small tasks and models on which heads learn, over seeds (notebook 06);
 - `efficient/`: KV cache, grouped-query attention, the mask zoo, FlashAttention
-  in torch and as Triton kernels (notebooks 08, 09).
+  in torch and as Triton kernels, smaller caches (notebooks 08, 09, 11);
+- `extrapolation/`: how far each position scheme extrapolates, over seeds
+  (notebook 10);
+- `distributed/`: attention across processes with `torch.distributed`: the
+  collectives, heads split over ranks (tensor parallelism), a sequence split
+  over a ring (ring attention) (notebook 14).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
-numpy|torch|efficient|triton`), `data` (cached sweeps).
+numpy|torch|efficient|triton|rope|mla|binder`), `data` (cached sweeps, read with
+`importlib.resources`).
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.
 Masks are boolean everywhere in the numpy core, and True means "may attend".
 """
+
+from importlib.metadata import version
 
 from .attention import (
     causal_mask,
@@ -41,7 +53,7 @@ from .multihead import (
     split_heads,
 )
 
-__version__ = "0.1.0"
+__version__ = version("mha_lib")  # written once, in pyproject.toml
 
 __all__ = [
     "causal_mask",

@@ -21,23 +21,6 @@ import numpy as np
 from ._checks import as_float_array, check_mask, check_min_ndim
 
 
-def softmax(x, axis: int = -1) -> np.ndarray:
-    """Numerically stable softmax along `axis`.
-
-    Subtracting the row maximum before `exp` keeps every exponent <= 0, so
-    logits of 1e4 do not overflow, even in float32. A slice that is entirely
-    -inf (fully masked) gives zeros rather than NaN. The dtype is preserved.
-    """
-    x = as_float_array(x, "x")
-    if x.ndim == 0:
-        raise ValueError("x has shape (); expected at least one axis to normalise over")
-    m = np.max(x, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0).astype(x.dtype, copy=False)
-    e = np.exp(x - m)
-    s = np.sum(e, axis=axis, keepdims=True)
-    return e / np.where(s == 0, 1, s).astype(x.dtype, copy=False)
-
-
 def scaled_dot_product_attention(q, k, v, mask=None) -> tuple[np.ndarray, np.ndarray]:
     """softmax(q kᵀ / √d_k) v, with an optional boolean mask (True = may attend).
 
@@ -73,6 +56,23 @@ def scaled_dot_product_attention(q, k, v, mask=None) -> tuple[np.ndarray, np.nda
         scores = np.where(mask, scores, -np.inf)
     weights = softmax(scores, axis=-1)  # (..., N, M), rows sum to 1 (or 0 if fully masked)
     return weights @ v, weights  # (..., N, d_v), (..., N, M)
+
+
+def softmax(x, axis: int = -1) -> np.ndarray:
+    """Numerically stable softmax along `axis`.
+
+    Subtracting the row maximum before `exp` keeps every exponent <= 0, so
+    logits of 1e4 do not overflow, even in float32. A slice that is entirely
+    -inf (fully masked) gives zeros rather than NaN. The dtype is preserved.
+    """
+    x = as_float_array(x, "x")
+    if x.ndim == 0:
+        raise ValueError("x has shape (); expected at least one axis to normalise over")
+    m = np.max(x, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0).astype(x.dtype, copy=False)
+    e = np.exp(x - m)
+    s = np.sum(e, axis=axis, keepdims=True)
+    return e / np.where(s == 0, 1, s).astype(x.dtype, copy=False)
 
 
 def self_attention(X) -> tuple[np.ndarray, np.ndarray]:

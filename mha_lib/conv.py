@@ -62,6 +62,53 @@ __all__ = [
 KAPPA = 40.0
 
 
+def attention_conv2d(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, kappa: float = KAPPA, pad: bool = True
+) -> Tensor:
+    """`F.conv2d(x, weight, bias, padding=k // 2)`, computed as multi-head self-attention.
+
+    x (B, C_in, H, W); weight (C_out, C_in, k, k) with k odd; bias None or
+    (C_out,). Each of the H·W pixels is a query; the keys and values are the
+    pixels of x padded with k//2 zero pixels on every side (pad=True) or of x
+    itself (pad=False: a head whose shift points outside the image then puts
+    its weight on the nearest pixel inside, which is NOT a convolution's
+    zero padding). h = k² heads, one per kernel tap, with the relative
+    positional scores of `relative_position_scores` as a float mask and the
+    projections of `conv_weight_to_attention`. Returns (B, C_out, H, W).
+
+    Accuracy: with pad=True and the default kappa = KAPPA = 40 (justified
+    beside KAPPA), the relative error max |out − conv| / max |conv| is at most
+    1e-8 in float64 and 1e-4 in float32 (measured: about 1e-16 and 1e-7).
+    A smaller kappa gives an error that falls like e^{−kappa} (about
+    5e^{−kappa} on random data: the four pixels next to each target leak a
+    weight of about 4e^{−kappa}; notebook 07 measures it).
+
+    Memory: the scores hold k²·(H·W)·(H+2r)(W+2r) numbers (r = k//2), so keep
+    images small: this shows a theorem, it is not a fast convolution.
+    """
+    _check_inputs(x, weight, bias, kappa, pad)
+    B, _, H, W = x.shape  # (B, C_in, H, W)
+    C_out, _, k, _ = weight.shape
+    h, r = k * k, (k // 2 if pad else 0)
+    keys = F.pad(x, (r, r, r, r)) if r else x  # (B, C_in, H+2r, W+2r): zero pixels around
+    Hk, Wk = keys.shape[2], keys.shape[3]
+    X_keys = keys.flatten(2).transpose(1, 2)  # (B, M, C_in), M = (H+2r)(W+2r) pixels
+    N, M = H * W, Hk * Wk
+
+    scores = relative_position_scores(
+        grid_positions(H, W), grid_positions(Hk, Wk, offset=r), kernel_shifts(k), kappa, x.dtype
+    ).to(x.device)  # (h, N, M)
+    W_v, W_o = conv_weight_to_attention(weight)  # (C_in, h·d_v), (h·d_v, C_out)
+    q = x.new_zeros(B, h, N, 1)  # (B, h, N, d_k): W_Q^h = 0, no content in the scores
+    key = x.new_zeros(B, h, M, 1)  # (B, h, M, d_k): W_K^h = 0
+    v = _split_heads(X_keys @ W_v, h)  # (B, h, M, d_v)
+    heads = F.scaled_dot_product_attention(q, key, v, attn_mask=scores[None])  # (B, h, N, d_v)
+    out = _merge_heads(heads) @ W_o  # (B, N, C_out): Concat(head_1..head_h) W_O
+    if bias is not None:
+        out = out + bias  # (B, N, C_out)
+    return out.transpose(1, 2).reshape(B, C_out, H, W)  # (B, C_out, H, W)
+
+
 def kernel_shifts(k: int) -> Tensor:
     """(k², 2) int64: the shift Δ_h = (i − k//2, j − k//2) of head h = i·k + j.
 
@@ -116,6 +163,30 @@ def conv_weight_to_attention(weight: Tensor) -> tuple[Tensor, Tensor]:
     return W_v, W_o
 
 
+# ---------------------------------------------------------------------------- what each costs
+
+
+def macs_conv(side: int, C: int, k: int) -> int:
+    """Multiply-adds of a k×k convolution, C channels in and out, on a side×side image
+    (padded to keep its size): HW·k²C²."""
+    return side * side * k * k * C * C
+
+
+def macs_attention(side: int, C: int, heads: int) -> int:
+    """Multiply-adds of content attention over the side×side pixels, `heads` heads of
+    d_k = d_v = C/heads, no bias: 4·HW·C² (W_Q, W_K, W_V, W_O) + h·(HW)²·(d_k + d_v)."""
+    N = side * side
+    return 4 * N * C * C + heads * N * N * 2 * (C // heads)
+
+
+def macs_construction(side: int, C: int, k: int) -> int:
+    """Multiply-adds of `attention_conv2d` (k² heads of d_k = 1, d_v = C) on a side×side image,
+    M = (side + 2r)² padded pixels: M·C·k²C (values) + k²·HW·M·(1 + C) (scores and weighted sums)
+    + HW·k²C² (W_O). tests/test_conv.py checks all three against torch's FlopCounterMode."""
+    N, M, h = side * side, (side + 2 * (k // 2)) ** 2, k * k
+    return M * C * h * C + h * N * M * (1 + C) + N * h * C * C
+
+
 def _check_like(t: Tensor, name: str, x: Tensor) -> None:
     """Raise TypeError unless `t` has the dtype and device of `x`."""
     if t.dtype != x.dtype or t.device != x.device:
@@ -161,74 +232,3 @@ def _check_inputs(x, weight, bias, kappa, pad) -> None:
         raise ValueError(f"kappa must be positive and finite; got {kappa}")
     if not isinstance(pad, bool):
         raise TypeError(f"pad must be True or False; got {type(pad).__name__}")
-
-
-def attention_conv2d(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, kappa: float = KAPPA, pad: bool = True
-) -> Tensor:
-    """`F.conv2d(x, weight, bias, padding=k // 2)`, computed as multi-head self-attention.
-
-    x (B, C_in, H, W); weight (C_out, C_in, k, k) with k odd; bias None or
-    (C_out,). Each of the H·W pixels is a query; the keys and values are the
-    pixels of x padded with k//2 zero pixels on every side (pad=True) or of x
-    itself (pad=False: a head whose shift points outside the image then puts
-    its weight on the nearest pixel inside, which is NOT a convolution's
-    zero padding). h = k² heads, one per kernel tap, with the relative
-    positional scores of `relative_position_scores` as a float mask and the
-    projections of `conv_weight_to_attention`. Returns (B, C_out, H, W).
-
-    Accuracy: with pad=True and the default kappa = KAPPA = 40 (justified
-    beside KAPPA), the relative error max |out − conv| / max |conv| is at most
-    1e-8 in float64 and 1e-4 in float32 (measured: about 1e-16 and 1e-7).
-    A smaller kappa gives an error that falls like e^{−kappa} (about
-    5e^{−kappa} on random data: the four pixels next to each target leak a
-    weight of about 4e^{−kappa}; notebook 07 measures it).
-
-    Memory: the scores hold k²·(H·W)·(H+2r)(W+2r) numbers (r = k//2), so keep
-    images small: this shows a theorem, it is not a fast convolution.
-    """
-    _check_inputs(x, weight, bias, kappa, pad)
-    B, _, H, W = x.shape  # (B, C_in, H, W)
-    C_out, _, k, _ = weight.shape
-    h, r = k * k, (k // 2 if pad else 0)
-    keys = F.pad(x, (r, r, r, r)) if r else x  # (B, C_in, H+2r, W+2r): zero pixels around
-    Hk, Wk = keys.shape[2], keys.shape[3]
-    X_keys = keys.flatten(2).transpose(1, 2)  # (B, M, C_in), M = (H+2r)(W+2r) pixels
-    N, M = H * W, Hk * Wk
-
-    scores = relative_position_scores(
-        grid_positions(H, W), grid_positions(Hk, Wk, offset=r), kernel_shifts(k), kappa, x.dtype
-    ).to(x.device)  # (h, N, M)
-    W_v, W_o = conv_weight_to_attention(weight)  # (C_in, h·d_v), (h·d_v, C_out)
-    q = x.new_zeros(B, h, N, 1)  # (B, h, N, d_k): W_Q^h = 0, no content in the scores
-    key = x.new_zeros(B, h, M, 1)  # (B, h, M, d_k): W_K^h = 0
-    v = _split_heads(X_keys @ W_v, h)  # (B, h, M, d_v)
-    heads = F.scaled_dot_product_attention(q, key, v, attn_mask=scores[None])  # (B, h, N, d_v)
-    out = _merge_heads(heads) @ W_o  # (B, N, C_out): Concat(head_1..head_h) W_O
-    if bias is not None:
-        out = out + bias  # (B, N, C_out)
-    return out.transpose(1, 2).reshape(B, C_out, H, W)  # (B, C_out, H, W)
-
-
-# ---------------------------------------------------------------------------- what each costs
-
-
-def macs_conv(side: int, C: int, k: int) -> int:
-    """Multiply-adds of a k×k convolution, C channels in and out, on a side×side image
-    (padded to keep its size): HW·k²C²."""
-    return side * side * k * k * C * C
-
-
-def macs_attention(side: int, C: int, heads: int) -> int:
-    """Multiply-adds of content attention over the side×side pixels, `heads` heads of
-    d_k = d_v = C/heads, no bias: 4·HW·C² (W_Q, W_K, W_V, W_O) + h·(HW)²·(d_k + d_v)."""
-    N = side * side
-    return 4 * N * C * C + heads * N * N * 2 * (C // heads)
-
-
-def macs_construction(side: int, C: int, k: int) -> int:
-    """Multiply-adds of `attention_conv2d` (k² heads of d_k = 1, d_v = C) on a side×side image,
-    M = (side + 2r)² padded pixels: M·C·k²C (values) + k²·HW·M·(1 + C) (scores and weighted sums)
-    + HW·k²C² (W_O). tests/test_conv.py checks all three against torch's FlopCounterMode."""
-    N, M, h = side * side, (side + 2 * (k // 2)) ** 2, k * k
-    return M * C * h * C + h * N * M * (1 + C) + N * h * C * C

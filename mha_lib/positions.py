@@ -32,38 +32,6 @@ __all__ = [
 ]
 
 
-def _check_d(d, name: str = "d") -> int:
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2 or d % 2:
-        raise ValueError(f"{name} = {d!r}; expected an even integer >= 2 (coordinates in pairs)")
-    return int(d)
-
-
-def _check_base(base) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
-        raise ValueError(f"base = {base!r}; expected a number > 1")
-    return float(base)
-
-
-def rope_frequencies(d: int, base: float = 10000.0, dtype=torch.float64) -> Tensor:
-    """(d/2,) angular frequencies base^(-2i/d), i = 0 .. d/2 - 1: pair i turns by
-    position · base^(-2i/d) radians. Pair 0 turns by one radian per token, the last pair
-    by about 1/base: wavelengths from 2π to about 2π · base tokens."""
-    d, base = _check_d(d), _check_base(base)
-    i = torch.arange(d // 2, dtype=dtype)  # (d/2,)
-    return base ** (-2.0 * i / d)  # (d/2,)
-
-
-def sinusoidal_positions(N: int, d: int, base: float = 10000.0) -> Tensor:
-    """(N, d) float64 sinusoidal encodings of positions 0 .. N-1 (Vaswani et al., 2017):
-    column 2i holds sin(p · ω_i), column 2i + 1 holds cos(p · ω_i), ω_i = base^(-2i/d)
-    (the frequencies of `rope_frequencies`). Added to X (N, C = d) before the first layer."""
-    if isinstance(N, bool) or not isinstance(N, (int, np.integer)) or N < 1:
-        raise ValueError(f"N = {N!r}; expected a positive integer")
-    omega = rope_frequencies(d, base)  # (d/2,)
-    angle = torch.arange(int(N), dtype=torch.float64)[:, None] * omega[None, :]  # (N, d/2)
-    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2)  # (N, d)
-
-
 def rope(
     x: Tensor,
     positions: Tensor,
@@ -115,39 +83,24 @@ def rope(
     return out.to(x.dtype)  # (..., N, d)
 
 
-def _check_rope(x, positions, scale, angle_dtype) -> None:
-    if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() < 2:
-        got = (
-            f"{x.dtype} tensor of shape {tuple(x.shape)}"
-            if isinstance(x, Tensor)
-            else type(x).__name__
-        )
-        raise TypeError(f"x is a {got}; expected a floating-point tensor (..., N, d)")
-    _check_d(x.shape[-1], f"x's last dimension d (x has shape {tuple(x.shape)}) d")
-    if not isinstance(positions, Tensor):
-        raise TypeError(
-            f"positions is a {type(positions).__name__}; expected an integer tensor of shape (N,)"
-        )
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-        raise TypeError(
-            f"positions has dtype {positions.dtype}; expected an integer dtype (absolute "
-            "positions are whole numbers; for position interpolation pass scale=)"
-        )
-    N = x.shape[-2]
-    batched = positions.dim() == 2 and x.dim() >= 3 and positions.shape == (x.shape[0], N)
-    if positions.shape != (N,) and not batched:
-        raise ValueError(
-            f"positions has shape {tuple(positions.shape)}; expected (N,) = ({N},) or (B, N) = "
-            f"({x.shape[0] if x.dim() >= 3 else 'B'}, {N}) from x's shape {tuple(x.shape)}"
-        )
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"positions has a negative entry {int(positions.min())}; expected >= 0")
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-        raise ValueError(f"scale = {scale!r}; expected a number > 0")
-    if angle_dtype is not None and angle_dtype not in (torch.float32, torch.float64):
-        raise ValueError(
-            f"angle_dtype = {angle_dtype}; expected torch.float32, torch.float64 or None"
-        )
+def rope_frequencies(d: int, base: float = 10000.0, dtype=torch.float64) -> Tensor:
+    """(d/2,) angular frequencies base^(-2i/d), i = 0 .. d/2 - 1: pair i turns by
+    position · base^(-2i/d) radians. Pair 0 turns by one radian per token, the last pair
+    by about 1/base: wavelengths from 2π to about 2π · base tokens."""
+    d, base = _check_d(d), _check_base(base)
+    i = torch.arange(d // 2, dtype=dtype)  # (d/2,)
+    return base ** (-2.0 * i / d)  # (d/2,)
+
+
+def sinusoidal_positions(N: int, d: int, base: float = 10000.0) -> Tensor:
+    """(N, d) float64 sinusoidal encodings of positions 0 .. N-1 (Vaswani et al., 2017):
+    column 2i holds sin(p · ω_i), column 2i + 1 holds cos(p · ω_i), ω_i = base^(-2i/d)
+    (the frequencies of `rope_frequencies`). Added to X (N, C = d) before the first layer."""
+    if isinstance(N, bool) or not isinstance(N, (int, np.integer)) or N < 1:
+        raise ValueError(f"N = {N!r}; expected a positive integer")
+    omega = rope_frequencies(d, base)  # (d/2,)
+    angle = torch.arange(int(N), dtype=torch.float64)[:, None] * omega[None, :]  # (N, d/2)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2)  # (N, d)
 
 
 def rope_permutation(d: int) -> Tensor:
@@ -181,3 +134,50 @@ def t5_relative_buckets(
     )
     log_part = log_part.clamp(max=num_buckets - 1)
     return torch.where(dist < exact, dist, log_part)
+
+
+def _check_d(d, name: str = "d") -> int:
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2 or d % 2:
+        raise ValueError(f"{name} = {d!r}; expected an even integer >= 2 (coordinates in pairs)")
+    return int(d)
+
+
+def _check_base(base) -> float:
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base = {base!r}; expected a number > 1")
+    return float(base)
+
+
+def _check_rope(x, positions, scale, angle_dtype) -> None:
+    if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() < 2:
+        got = (
+            f"{x.dtype} tensor of shape {tuple(x.shape)}"
+            if isinstance(x, Tensor)
+            else type(x).__name__
+        )
+        raise TypeError(f"x is a {got}; expected a floating-point tensor (..., N, d)")
+    _check_d(x.shape[-1], f"x's last dimension d (x has shape {tuple(x.shape)}) d")
+    if not isinstance(positions, Tensor):
+        raise TypeError(
+            f"positions is a {type(positions).__name__}; expected an integer tensor of shape (N,)"
+        )
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(
+            f"positions has dtype {positions.dtype}; expected an integer dtype (absolute "
+            "positions are whole numbers; for position interpolation pass scale=)"
+        )
+    N = x.shape[-2]
+    batched = positions.dim() == 2 and x.dim() >= 3 and positions.shape == (x.shape[0], N)
+    if positions.shape != (N,) and not batched:
+        raise ValueError(
+            f"positions has shape {tuple(positions.shape)}; expected (N,) = ({N},) or (B, N) = "
+            f"({x.shape[0] if x.dim() >= 3 else 'B'}, {N}) from x's shape {tuple(x.shape)}"
+        )
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions has a negative entry {int(positions.min())}; expected >= 0")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+        raise ValueError(f"scale = {scale!r}; expected a number > 0")
+    if angle_dtype is not None and angle_dtype not in (torch.float32, torch.float64):
+        raise ValueError(
+            f"angle_dtype = {angle_dtype}; expected torch.float32, torch.float64 or None"
+        )

@@ -5,15 +5,17 @@ Derived in notebook 04 from the numpy version of notebook 03
 explicitly (`from mha_lib.pytorch import MultiHeadAttention`); `import mha_lib`
 stays numpy-only.
 
-What it holds:
+What it holds, in reading order:
+- `explicit_attention`: softmax(q kᵀ/√d + mask) v with the weights written out, the
+  algorithm;
 - `MultiHeadAttention`: the same constructor, parameters (names and layout),
   forward arguments and results as `torch.nn.MultiheadAttention(batch_first=True)`,
-  so it can replace it in existing code and load its `state_dict`. The fast path
-  runs `torch.nn.functional.scaled_dot_product_attention` (fused kernels: the
-  (L, S) attention matrix is never kept); the attention weights are computed
-  explicitly only when `need_weights=True`.
-- `pick_device()`: cuda, then mps, then cpu; the environment variable
-  MHA_LIB_DEVICE (e.g. `cpu`) overrides the choice.
+  so it can replace it in existing code and load its `state_dict`. Its `forward` is
+  project -> attend -> merge -> out_proj; the attention runs
+  `torch.nn.functional.scaled_dot_product_attention` (fused kernels: the (L, S) attention
+  matrix is never kept), and `explicit_attention` only when `need_weights=True`;
+- the helpers (heads split and merged, masks merged), then every input check.
+The device the notebooks run on is chosen by `mha_lib.runtime.pick_device()`.
 
 Notation, the same as in the numpy core: a batch of B sequences; queries
 (B, L, E) with L tokens of E = embed_dim features (C in the numpy notebooks);
@@ -41,7 +43,6 @@ and in its inference fast path (notebook 04 checks this in code).
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 import torch.nn.functional as F
@@ -49,39 +50,39 @@ from torch import Tensor, nn
 
 from ._checks import check_int
 
-__all__ = ["MultiHeadAttention", "explicit_attention", "pick_device"]
-
-
-def _split_heads(x: Tensor, num_heads: int) -> Tensor:
-    """(B, L, h*d) -> (B, h, L, d), a view: head i owns features i*d:(i+1)*d."""
-    B, L, hd = x.shape
-    return x.view(B, L, num_heads, hd // num_heads).transpose(1, 2)  # (B, h, L, d)
-
-
-def _merge_heads(x: Tensor) -> Tensor:
-    """(B, h, L, d) -> (B, L, h*d): the heads side by side along the features."""
-    B, h, L, d = x.shape
-    return x.transpose(1, 2).reshape(B, L, h * d)  # (B, L, h*d)
+__all__ = ["MultiHeadAttention", "explicit_attention"]
 
 
 def explicit_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(q kᵀ / √d + mask) v written out, keeping the (L, S) weights.
+    """softmax(q kᵀ / √d + mask) v written out, keeping the (L, S) weights: the algorithm.
 
-    q (B, h, L, d), k (B, h, S, d), v (B, h, S, d); mask: None or a float mask
-    broadcastable to (B, h, L, S) with no fully masked row (see
-    `MultiHeadAttention._merge_masks`). Returns (output (B, h, L, d),
-    weights (B, h, L, S)); dropout (if any) is applied to the weights.
+    q (B, h, L, d), k (B, h, S, d), v (B, h, S, d_v) (any leading dimensions that broadcast);
+    mask: None or a float mask broadcastable to (B, h, L, S), added to the scores (-inf blocks);
+    is_causal: query i sees keys 0..i (top-left, as `F.scaled_dot_product_attention`). A row
+    with every key blocked gives NaN here: `MultiHeadAttention` never passes one (the rule for
+    such rows is in this module's docstring). Returns (output (B, h, L, d_v), weights
+    (B, h, L, S)); dropout (if any) is applied to the weights. `F.scaled_dot_product_attention`
+    computes the same output without keeping the weights.
     """
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = torch.matmul(q * scale, k.transpose(-2, -1))  # (B, h, L, S)
+    _check_qkv(q, k, v)
+    scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, h, L, S)
     if mask is not None:
         scores = scores + mask  # (B, h, L, S)
+    if is_causal:
+        L, S = scores.shape[-2:]
+        future = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1)  # (L, S)
+        scores = scores.masked_fill(future, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (B, h, L, S), rows sum to 1
     if dropout_p > 0.0:
         weights = F.dropout(weights, p=dropout_p)
-    return torch.matmul(weights, v), weights  # (B, h, L, d), (B, h, L, S)
+    return torch.matmul(weights, v), weights  # (B, h, L, d_v), (B, h, L, S)
 
 
 class MultiHeadAttention(nn.Module):
@@ -217,46 +218,70 @@ class MultiHeadAttention(nn.Module):
           (ablation; notebooks 05 and 06). The returned weights are the
           weights the heads computed, unscaled.
 
-        A query with no key to attend to (fully masked row) gets zero weights
-        and a zero attention output, so its output is out_proj.bias; never NaN.
-        Returns output shaped like query (last axis E) and the weights or None.
+        A query with no key to attend to gets zero weights and a zero attention output (this
+        module's docstring states the rule). Returns output shaped like query (last axis E) and
+        the weights or None.
         """
         key = query if key is None else key
         value = key if value is None else value
-        self_attention = query is key and key is value  # one packed projection
-        kv_shared = key is value
-        # every check, in one place (`_check_forward`, below the class): masks become float
+        # every check in one place (`_check_forward`, below the class); masks become floats
         query, key, value, kpm, am, hm, batched = _check_forward(
             self, query, key, value, key_padding_mask, attn_mask, head_mask
         )  # (B, L, E), (B, S, kdim), (B, S, vdim); (B, 1, 1, S), (1|B, 1|h, L, S), (1|B, h, 1, 1)
-        L, S = query.shape[1], key.shape[1]
 
-        q, k, v = self._project(query, key, value, self_attention, kv_shared)  # (B, h, ., d)
-
-        # Which mask the kernel gets (nn.MultiheadAttention's rules for is_causal).
-        use_causal_kernel = bool(is_causal) and kpm is None and not need_weights
-        if is_causal and not use_causal_kernel and am is None:
-            blocked = torch.ones(L, S, dtype=torch.bool, device=query.device).triu_(1)
-            am = _additive_mask(blocked, "attn_mask", query.dtype, query.device)[None, None]
-        mask, fully = self._merge_masks(None if use_causal_kernel else am, kpm)
-
-        dropout_p = self.dropout if self.training else 0.0
-        weights = None
-        if need_weights:  # heads (B, h, L, d), weights (B, h, L, S)
-            heads, weights = explicit_attention(q, k, v, mask, dropout_p)
-        else:
-            heads = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=use_causal_kernel
-            )  # (B, h, L, d), the (L, S) weights never stored
-        if fully is not None:  # the documented rule: nothing to attend to -> zeros
-            heads = heads.masked_fill(fully, 0.0)  # (B, h, L, d)
-            if weights is not None:
-                weights = weights.masked_fill(fully, 0.0)  # (B, h, L, S)
+        q, k, v = self._project(query, key, value)  # (B, h, L, d), (B, h, S, d), (B, h, S, d)
+        heads, weights = self._attend(q, k, v, am, kpm, is_causal, need_weights)  # (B, h, L, d)
         if hm is not None:
-            heads = heads * hm  # (B, h, L, d) * (B|1, h, 1, 1): scale or remove heads
-        out = self.out_proj(_merge_heads(heads))  # (B, L, E)
+            heads = heads * hm  # (B, h, L, d) * (1|B, h, 1, 1): scale or remove heads
+        out = self.out_proj(_merge_heads(heads))  # (B, L, h*d) -> (B, L, E)
 
-        if weights is not None and average_attn_weights:
+        return self._as_given(out, weights, batched, average_attn_weights)
+
+    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q = query W_q, k = key W_k, v = value W_v, each split into h heads.
+
+        query (B, L, E), key (B, S, kdim), value (B, S, vdim) -> q (B, h, L, d),
+        k (B, h, S, d), v (B, h, S, d). torch stores each W transposed, (out, in).
+        """
+        if self._qkv_same_embed_dim:
+            w_q, w_k, w_v = self.in_proj_weight.chunk(3)  # [W_q; W_k; W_v] (3E, E) -> 3 x (E, E)
+        else:
+            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
+        b = self.in_proj_bias  # (3E,) or None
+        b_q, b_k, b_v = (None, None, None) if b is None else b.chunk(3)  # each (E,)
+        h = self.num_heads
+        q = _split_heads(F.linear(query, w_q, b_q), h)  # (B, h, L, d)
+        k = _split_heads(F.linear(key, w_k, b_k), h)  # (B, h, S, d)
+        v = _split_heads(F.linear(value, w_v, b_v), h)  # (B, h, S, d)
+        return q, k, v
+
+    def _attend(self, q, k, v, am, kpm, is_causal: bool, need_weights: bool):
+        """Each head's softmax(q kᵀ/√d + mask) v (B, h, L, d), and its weights (B, h, L, S) when
+        need_weights (else None). am (1|B, 1|h, L, S) and kpm (B, 1, 1, S): float masks or None.
+        """
+        L, S = q.shape[2], k.shape[2]
+        # nn.MultiheadAttention's rule: is_causal uses the fused causal kernel when it can
+        causal_kernel = bool(is_causal) and kpm is None and not need_weights
+        if is_causal and not causal_kernel and am is None:
+            blocked = torch.ones(L, S, dtype=torch.bool, device=q.device).triu_(1)  # (L, S)
+            am = _additive_mask(blocked, "attn_mask", q.dtype, q.device)[None, None]
+        mask, fully = _merge_masks(None if causal_kernel else am, kpm)
+        dropout_p = self.dropout if self.training else 0.0
+        if need_weights:
+            heads, weights = explicit_attention(q, k, v, mask, dropout_p)
+        else:  # the fused kernel: the (L, S) weights are never stored
+            heads = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=causal_kernel
+            )
+            weights = None
+        if fully is not None:  # a row with nothing to attend to: zeros (the module's rule)
+            heads = heads.masked_fill(fully, 0.0)  # (B, h, L, d)
+            weights = None if weights is None else weights.masked_fill(fully, 0.0)
+        return heads, weights
+
+    def _as_given(self, out: Tensor, weights, batched: bool, average: bool):
+        """out (B, L, E) and weights (B, h, L, S) back in the caller's layout."""
+        if weights is not None and average:
             weights = weights.mean(dim=1)  # (B, L, S)
         if not batched:
             out = out.squeeze(0)  # (L, E)
@@ -264,52 +289,6 @@ class MultiHeadAttention(nn.Module):
         elif not self.batch_first:
             out = out.transpose(0, 1)  # (L, B, E)
         return out, weights
-
-    @staticmethod
-    def _merge_masks(am: Tensor | None, kpm: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
-        """One float mask for the kernel, and which query rows are fully masked.
-
-        Returns (mask, fully): mask broadcastable to (B, h, L, S) or None;
-        fully (B|1, h|1, L|1, 1) bool, True for rows where every key is -inf.
-        Those rows are unmasked in `mask` (so no kernel ever sees a row of
-        -inf and no NaN reaches the gradients); `forward` zeroes their results.
-        """
-        if am is None and kpm is None:
-            return None, None
-        mask = kpm if am is None else (am if kpm is None else am + kpm)  # (B|1, h|1, L|1, S)
-        fully = torch.isneginf(mask).all(dim=-1, keepdim=True)  # (B|1, h|1, L|1, 1)
-        return mask.masked_fill(fully, 0.0), fully
-
-    def _project(self, query, key, value, self_attention: bool, kv_shared: bool):
-        """The in-projections q = query W_q, k = key W_k, v = value W_v, split into heads.
-
-        query (B, L, E), key (B, S, kdim), value (B, S, vdim) -> q (B, h, L, d),
-        k (B, h, S, d), v (B, h, S, d), views into the projections (no copies).
-        Self-attention uses one (E, 3E) matrix product; keys and values taken
-        from the same tensor share one (E, 2E) product.
-        """
-        E, h, d = self.embed_dim, self.num_heads, self.head_dim
-        B, L, _ = query.shape
-        S = key.shape[1]
-        b = self.in_proj_bias  # (3E,) or None
-        b_q, b_k, b_v = (None, None, None) if b is None else b.chunk(3)  # each (E,)
-        if not self._qkv_same_embed_dim:
-            w_q, w_k, w_v = self.q_proj_weight, self.k_proj_weight, self.v_proj_weight
-        else:
-            w = self.in_proj_weight  # (3E, E)
-            if self_attention:
-                qkv = F.linear(query, w, b)  # (B, L, 3E)
-                qkv = qkv.view(B, L, 3, h, d).permute(2, 0, 3, 1, 4)  # (3, B, h, L, d)
-                return qkv.unbind(0)  # 3 x (B, h, L, d)
-            w_q, w_k, w_v = w.chunk(3)  # each (E, E)
-            if kv_shared:
-                kv = F.linear(key, w[E:], None if b is None else b[E:])  # (B, S, 2E)
-                k, v = kv.view(B, S, 2, h, d).permute(2, 0, 3, 1, 4).unbind(0)  # (B, h, S, d)
-                return _split_heads(F.linear(query, w_q, b_q), h), k, v
-        q = _split_heads(F.linear(query, w_q, b_q), h)  # (B, h, L, d)
-        k = _split_heads(F.linear(key, w_k, b_k), h)  # (B, h, S, d)
-        v = _split_heads(F.linear(value, w_v, b_v), h)  # (B, h, S, d)
-        return q, k, v
 
     # ------------------------------------------------------------------
     # conversion to and from torch.nn.MultiheadAttention
@@ -358,6 +337,36 @@ class MultiHeadAttention(nn.Module):
         )
         m.load_state_dict(self.state_dict())
         return m.train(self.training)
+
+
+# ----------------------------------------------------------------------------
+# the heads, split and merged; the masks, merged
+
+
+def _split_heads(x: Tensor, num_heads: int) -> Tensor:
+    """(B, L, h*d) -> (B, h, L, d), a view: head i owns features i*d:(i+1)*d."""
+    B, L, hd = x.shape
+    return x.view(B, L, num_heads, hd // num_heads).transpose(1, 2)  # (B, h, L, d)
+
+
+def _merge_heads(x: Tensor) -> Tensor:
+    """(B, h, L, d) -> (B, L, h*d): the heads side by side along the features."""
+    B, h, L, d = x.shape
+    return x.transpose(1, 2).reshape(B, L, h * d)  # (B, L, h*d)
+
+
+def _merge_masks(am: Tensor | None, kpm: Tensor | None) -> tuple[Tensor | None, Tensor | None]:
+    """One float mask for the kernel, and which query rows are fully masked.
+
+    Returns (mask, fully): mask broadcastable to (B, h, L, S) or None; fully (B|1, h|1, L|1, 1)
+    bool, True for rows where every key is -inf. Those rows are unmasked in `mask`, so that no
+    kernel sees a row of -inf and no NaN reaches the gradients; `_attend` zeroes their results.
+    """
+    if am is None and kpm is None:
+        return None, None
+    mask = kpm if am is None else (am if kpm is None else am + kpm)  # (B|1, h|1, L|1, S)
+    fully = torch.isneginf(mask).all(dim=-1, keepdim=True)  # (B|1, h|1, L|1, 1)
+    return mask.masked_fill(fully, 0.0), fully
 
 
 # ----------------------------------------------------------------------------
@@ -499,6 +508,24 @@ def _check_head_mask(head_mask, h, B, query) -> Tensor | None:
     return head_mask.reshape(-1, h, 1, 1)  # (1|B, h, 1, 1)
 
 
+def _check_qkv(q, k, v) -> None:
+    """explicit_attention's q (..., L, d), k (..., S, d), v (..., S, d_v)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        _check_float_tensor(x, name)
+        if x.dim() < 2:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}; expected (..., tokens, features)")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"k has shape {tuple(k.shape)}; expected (..., S, d) with d = {q.shape[-1]} from q "
+            f"of shape {tuple(q.shape)} (queries and keys share d)"
+        )
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"v has shape {tuple(v.shape)}; expected (..., S, d_v) with S = {k.shape[-2]} from k "
+            f"of shape {tuple(k.shape)} (one value per key)"
+        )
+
+
 def _check_float_tensor(x, name: str) -> None:
     """Raise TypeError unless `x` is a floating-point tensor."""
     if not isinstance(x, Tensor):
@@ -520,46 +547,3 @@ def _additive_mask(mask, name: str, dtype: torch.dtype, device: torch.device) ->
             f"scores); got dtype {mask.dtype}"
         )
     return mask.to(device=device, dtype=dtype)
-
-
-# ----------------------------------------------------------------------------
-# the device the notebooks run on
-
-
-def pick_device() -> torch.device:
-    """The best available device: a CUDA GPU, else Apple's MPS, else the CPU.
-
-    The environment variable MHA_LIB_DEVICE overrides the choice ("cpu", "cuda", "cuda:1",
-    "mps"): the test command sets MHA_LIB_DEVICE=cpu, so that the notebooks' stored CPU
-    outputs are compared on the CPU even on a machine with a GPU. A device that is named
-    but not available is an error, not a silent fallback.
-    """
-    name = os.environ.get("MHA_LIB_DEVICE", "").strip()
-    if name:
-        return _named_device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def _named_device(name: str) -> torch.device:
-    """The device that MHA_LIB_DEVICE names, after checking that this machine has it."""
-    try:
-        device = torch.device(name)
-    except RuntimeError as exc:
-        raise ValueError(
-            f"MHA_LIB_DEVICE={name!r} is not a device name; expected 'cpu', 'cuda', "
-            "'cuda:<index>' or 'mps'"
-        ) from exc
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no CUDA device here")
-    if device.type == "mps":
-        mps = getattr(torch.backends, "mps", None)
-        if mps is None or not mps.is_available():
-            raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no MPS device here")
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"MHA_LIB_DEVICE={name!r}: expected 'cpu', 'cuda' or 'mps'")
-    return device

@@ -21,7 +21,8 @@ Tolerances, when not given, follow the less precise of the two dtypes, as torch'
 | float32, complex64 | 1.3e-6 | 1e-5 |
 | float64, complex128, Python floats | 1e-7 | 1e-7 |
 | integers, booleans | 0 | 0 (exact) |
-Pass `rtol=0, atol=0` to ask for exact equality. Shapes must be equal: nothing is broadcast.
+Pass `rtol=0, atol=0` to ask for exact equality. Shapes must be equal (nothing is broadcast),
+except that `expected` may be a single number, which every element must then equal.
 Defined in notebook 00 (how the series checks a claim); used from notebook 00 on.
 """
 
@@ -58,6 +59,11 @@ def _as_array(x) -> tuple[np.ndarray, str]:
     return a, a.dtype.name
 
 
+def _is_sequence_of_arrays(x) -> bool:
+    """A tuple or list holding arrays or tensors, e.g. (output, lse): compared pairwise."""
+    return isinstance(x, tuple | list) and any(hasattr(item, "shape") for item in x)
+
+
 def _default_tolerances(*names: str) -> tuple[float, float]:
     known = [_DEFAULTS[n] for n in names if n in _DEFAULTS]
     if not known:
@@ -80,16 +86,28 @@ def assert_close(
 ) -> None:
     """Raise AssertionError unless |actual - expected| <= atol + rtol · |expected| everywhere.
 
-    actual and expected: arrays, tensors or numbers of the same shape. rtol and atol default by
+    actual and expected: arrays, tensors or numbers of the same shape, or expected a single
+    number that every element of actual must equal; or two tuples of them, e.g. (output, lse),
+    compared pair by pair. rtol and atol default by
     dtype (this module's table); give one and the other keeps its default. equal_nan: NaN in
     both places counts as equal. msg: what is being compared, printed first in the message.
     """
+    if _is_sequence_of_arrays(actual) or _is_sequence_of_arrays(expected):
+        if not isinstance(expected, tuple | list) or len(actual) != len(expected):
+            n = len(expected) if isinstance(expected, tuple | list) else type(expected).__name__
+            raise AssertionError(f"{msg or 'actual'}: {len(actual)} arrays; expected {n}")
+        for i, (a_i, e_i) in enumerate(zip(actual, expected)):
+            where = f"{msg}[{i}]" if msg else f"element {i}"
+            assert_close(a_i, e_i, rtol=rtol, atol=atol, equal_nan=equal_nan, msg=where)
+        return
     a, a_name = _as_array(actual)
     e, e_name = _as_array(expected)
     default_rtol, default_atol = _default_tolerances(a_name, e_name)
     rtol = default_rtol if rtol is None else float(rtol)
     atol = default_atol if atol is None else float(atol)
     head = f"{msg}: " if msg else ""
+    if e.ndim == 0 and a.ndim > 0:
+        e = np.broadcast_to(e, a.shape)  # one number for every element: rows sum to 1.0
     if a.shape != e.shape:
         raise AssertionError(
             f"{head}actual has shape {a.shape}; expected shape {e.shape} (nothing is broadcast)"

@@ -1,4 +1,5 @@
-"""Binder: pins agree with requirements.txt, and repo2docker accepts the folder."""
+"""Binder installs what requirements.txt (the learner's install) installs, repo2docker accepts the
+folder, and the settings that keep a learner within 2 GB are JupyterLab's own."""
 
 import ast
 import json
@@ -23,14 +24,50 @@ def pins(path: Path) -> dict[str, str]:
     return found
 
 
-def test_binder_pins_agree_with_requirements():
+def test_binder_installs_what_requirements_txt_installs():
+    """binder/requirements.txt pins the same packages at the same versions as requirements.txt
+    (the learner's install): nothing more, nothing less."""
     base, binder = pins(ROOT / "requirements.txt"), pins(ROOT / "binder" / "requirements.txt")
-    for name in ("numpy", "matplotlib", "jupyterlab", "torch"):
-        assert name in binder, f"binder/requirements.txt does not pin {name}"
+    assert set(binder) == set(base), (
+        f"only in binder/requirements.txt: {sorted(set(binder) - set(base))}; "
+        f"only in requirements.txt: {sorted(set(base) - set(binder))}"
+    )
     for name, version in binder.items():
-        assert base.get(name) == version, (
-            f"{name}: binder pins {version}, requirements.txt {base.get(name)}"
+        assert base[name] == version, (
+            f"{name}: binder pins {version}, requirements.txt {base[name]}"
         )
+
+
+def test_the_learners_install_holds_no_test_package():
+    """requirements.txt holds what the notebooks import; the test and lint stack and the
+    test-only references are in requirements-dev.txt, and the two files share no package."""
+    learner, dev = pins(ROOT / "requirements.txt"), pins(ROOT / "requirements-dev.txt")
+    for name in ("pytest", "nbval", "hypothesis", "ruff", "jupyter-repo2docker", "playwright"):
+        assert name in dev and name not in learner, name
+    assert "transformers" in dev and "transformers" not in learner
+    assert not set(learner) & set(dev), set(learner) & set(dev)
+
+
+def test_no_notebook_imports_a_development_package():
+    dev_modules = {"pytest", "nbval", "hypothesis", "ruff", "repo2docker", "playwright"}
+    dev_modules |= {"transformers", "accelerate"}
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for index, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] != "code":
+                continue
+            source = "\n".join(
+                l for l in "".join(cell["source"]).splitlines() if not l.lstrip().startswith("%")
+            )
+            for node in ast.walk(ast.parse(source)):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.module:
+                    names = [node.module]
+                for name in names:
+                    assert name.split(".")[0] not in dev_modules, (
+                        f"{path.name} cell {index}: {name}"
+                    )
 
 
 def test_binder_takes_the_cpu_build_of_torch():
@@ -92,7 +129,7 @@ def test_closing_a_notebook_shuts_its_kernel_down():
     import json
 
     overrides = json.loads((ROOT / "binder" / "overrides.json").read_text())
-    assert overrides == {"@jupyterlab/notebook-extension:tracker": {"kernelShutdown": True}}
+    assert overrides["@jupyterlab/notebook-extension:tracker"] == {"kernelShutdown": True}
     schema_dir = Path(sys.prefix) / "share/jupyter/lab/schemas/@jupyterlab/notebook-extension"
     if not schema_dir.is_dir():
         pytest.skip("JupyterLab's schemas are not installed here")
@@ -101,6 +138,28 @@ def test_closing_a_notebook_shuts_its_kernel_down():
     post = (ROOT / "binder" / "postBuild").read_text()
     assert 'share/jupyter/lab/settings/overrides.json"' in post
     assert "cp binder/overrides.json" in post
+
+
+def test_jupyterlab_does_not_ask_each_learner_about_news():
+    """On Binder every launch is a first launch, so JupyterLab would ask every learner whether
+    to fetch Jupyter news (and reach for a website). overrides.json answers "Never", by the names
+    and values the notification schema defines, and nothing else is overridden."""
+    import json
+
+    overrides = json.loads((ROOT / "binder" / "overrides.json").read_text())
+    assert set(overrides) == {
+        "@jupyterlab/notebook-extension:tracker",
+        "@jupyterlab/apputils-extension:notification",
+    }
+    notification = overrides["@jupyterlab/apputils-extension:notification"]
+    assert notification == {"fetchNews": "false", "checkForUpdates": False}
+    path = Path(sys.prefix) / "share/jupyter/lab/schemas/@jupyterlab/apputils-extension"
+    if not path.is_dir():
+        pytest.skip("JupyterLab's schemas are not installed here")
+    schema = json.loads((path / "notification.json").read_text())["properties"]
+    allowed = {option["const"]: option["title"] for option in schema["fetchNews"]["oneOf"]}
+    assert allowed[notification["fetchNews"]] == "Never"
+    assert schema["checkForUpdates"]["type"] == "boolean"
 
 
 def test_the_server_culls_idle_kernels():
@@ -123,7 +182,7 @@ def test_the_server_culls_idle_kernels():
 # What loads torch's compiler stack (torch._dynamo, sympy, triton: about 150 MB) into a kernel,
 # for good: the README's "On Binder" section measures it, and the notebooks avoid it.
 COMPILER_STACK = {
-    "torch.optim": "torch.optim's optimisers import torch._dynamo when built: use mha_lib.optim",
+    "torch.optim": "torch.optim's optimisers import torch._dynamo when built: use runtime.Adam",
     "torch.nn.attention.bias": "torch.nn.attention.bias imports torch._dynamo",
     "torch.utils.flop_counter": "FlopCounterMode imports triton and torch._dynamo",
     "torch.compile": "torch.compile loads the compiler",

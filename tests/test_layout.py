@@ -2,7 +2,7 @@
 
 Checked from the source (no imports run): the core never imports a part's package, there is
 no import cycle between mha_lib's modules, every package says which notebook it serves, the
-README's module table lists every module, and the tests mirror the library's packages.
+module table (docs/library.md) lists every module, and the tests mirror the library's packages.
 """
 
 import ast
@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "mha_lib"
 CORE = ["attention", "multihead", "pytorch", "block", "conv", "positions"]
-SHARED = ["plot", "diagrams", "example", "stats", "testing", "optim", "memory", "_checks"]
+SHARED = ["plot", "diagrams", "example", "stats", "testing", "runtime", "_checks"]
 PARTS = ["pretrained", "toy", "efficient", "extrapolation", "distributed"]
 TOOLS = ["exercises", "bench", "data"]
 
@@ -47,12 +47,43 @@ def imports_of(name: str, path: Path) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
+# each core module opens with the algorithm it derives; helpers and input checks follow it
+ALGORITHM_FIRST = {
+    "attention": "scaled_dot_product_attention",
+    "multihead": "multi_head_attention_loop",
+    "pytorch": "explicit_attention",
+    "block": "TransformerBlock",
+    "conv": "attention_conv2d",
+    "positions": "rope",
+}
+
+
 def test_top_level_is_the_core_the_shared_modules_and_one_package_per_part():
     entries = {p.stem for p in LIB.iterdir() if p.suffix == ".py" or p.is_dir()}
     entries -= {"__init__", "__pycache__"}
     assert entries == set(CORE + SHARED + PARTS + TOOLS)
     for part in PARTS + ["exercises", "bench"]:
         assert (LIB / part / "__init__.py").is_file(), part
+
+
+def test_every_core_module_opens_with_its_algorithm():
+    assert set(ALGORITHM_FIRST) == set(CORE)
+    for name, first in ALGORITHM_FIRST.items():
+        tree = ast.parse((LIB / f"{name}.py").read_text())
+        defs = [
+            node.name
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and not node.name.startswith("_")
+        ]
+        assert defs[0] == first, f"mha_lib/{name}.py opens with {defs[0]}, not {first}"
+        private_first = [
+            node.name
+            for node in tree.body[
+                : tree.body.index(next(n for n in tree.body if getattr(n, "name", "") == first))
+            ]
+            if isinstance(node, ast.FunctionDef)
+        ]
+        assert not private_first, f"mha_lib/{name}.py defines {private_first} before {first}"
 
 
 def test_the_core_imports_no_part():
@@ -92,8 +123,8 @@ def test_each_package_says_its_notebook_and_what_to_read_first():
         assert "Read first" in doc, part
 
 
-def test_readme_module_table_lists_every_module():
-    readme = (ROOT / "README.md").read_text()
+def test_the_module_table_lists_every_module():
+    readme = (ROOT / "docs" / "library.md").read_text()
     table = readme[readme.index("| module | what it holds | notebook |") :]
     table = table[: table.index("\n\n")]
     named = set(re.findall(r"`([a-z_.]+)`", table))
@@ -103,16 +134,38 @@ def test_readme_module_table_lists_every_module():
             continue  # the tools are listed as packages
         if path.name == "__init__.py" and short in PARTS:
             continue  # a part's package is a heading of the table
-        assert short in named, f"{short} is not in the README's module table"
+        assert short in named, f"{short} is not in docs/library.md's module table"
 
 
-def test_tests_mirror_the_packages():
-    for part in PARTS + ["exercises"]:
-        assert (ROOT / "tests" / part).is_dir(), f"tests/{part}/ is missing"
-    for path in LIB.glob("*/*.py"):
-        if path.parent.name in ("bench",) or path.name.startswith("_"):
+def test_tests_mirror_the_library():
+    """One test module per library module: mha_lib/x.py -> tests/test_x.py and
+    mha_lib/pkg/x.py -> tests/pkg/test_x.py (exercises/nbNN.py -> tests/exercises/test_nbNN.py).
+    The benchmarks are one small tool package, tested as one (tests/test_bench.py)."""
+    missing = []
+    for path in sorted(LIB.rglob("*.py")):
+        if path.stem.startswith("_") or path.parent.name == "bench":
             continue
-        test_dir = ROOT / "tests" / path.parent.name
-        assert any(test_dir.glob("test_*.py")), f"no tests for {path.relative_to(ROOT)}"
-    for name in ("pretrained/encoder", "pretrained/roles", "pretrained/explore", "toy/tasks"):
-        assert (ROOT / "tests" / f"{name.split('/')[0]}/test_{name.split('/')[1]}.py").is_file()
+        package = path.parent.relative_to(LIB)
+        test = ROOT / "tests" / package / f"test_{path.stem}.py"
+        if not test.is_file():
+            missing.append(f"{path.relative_to(ROOT)} -> {test.relative_to(ROOT)}")
+    assert not missing, "no test module for: " + "; ".join(missing)
+    assert (ROOT / "tests" / "test_bench.py").is_file()
+
+
+def test_the_package_overview_names_every_module_and_benchmark():
+    """mha_lib/__init__.py's docstring is the map a reader opens first: it must name every
+    module and package of the top level, and every benchmark `python -m mha_lib.bench` runs."""
+    doc = ast.get_docstring(ast.parse((LIB / "__init__.py").read_text()))
+    named = set(re.findall(r"`([a-z_]+)/?`", doc))
+    for entry in CORE + SHARED + PARTS + TOOLS:
+        assert entry in named, f"mha_lib/__init__.py's overview does not name `{entry}`"
+    bench_main = ast.parse((LIB / "bench" / "__main__.py").read_text())
+    table = next(
+        node.value
+        for node in bench_main.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "BENCHMARKS"
+    )
+    benchmarks = {key.value for key in table.keys}
+    listed = re.search(r"python -m mha_lib\.bench\s+([a-z|]+)", doc)
+    assert listed and set(listed.group(1).split("|")) == benchmarks, listed

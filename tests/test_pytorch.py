@@ -12,11 +12,14 @@ import sys
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import mha_lib
 from mha_lib import pytorch as mha_torch
-from mha_lib.pytorch import MultiHeadAttention, pick_device
+from mha_lib.pytorch import MultiHeadAttention, explicit_attention
+from mha_lib.runtime import pick_device
+from mha_lib.testing import assert_close
 
 E, H = 8, 2  # embed_dim, num_heads (head_dim 4)
 TOL = {
@@ -627,32 +630,6 @@ def test_from_torch_refuses_what_it_cannot_copy():
 # devices and precisions
 
 
-def test_pick_device(monkeypatch):
-    monkeypatch.delenv("MHA_LIB_DEVICE", raising=False)
-    device = pick_device()
-    assert isinstance(device, torch.device)
-    assert device.type in {"cuda", "mps", "cpu"}
-    if HAS_CUDA:
-        assert device.type == "cuda"
-
-
-def test_pick_device_honours_the_environment_variable(monkeypatch):
-    monkeypatch.setenv("MHA_LIB_DEVICE", "cpu")
-    assert pick_device() == torch.device("cpu")
-    monkeypatch.setenv("MHA_LIB_DEVICE", " cpu ")
-    assert pick_device() == torch.device("cpu")
-    monkeypatch.setenv("MHA_LIB_DEVICE", "gpu0")
-    with pytest.raises(ValueError, match=r"MHA_LIB_DEVICE='gpu0' is not a device name"):
-        pick_device()
-    monkeypatch.setenv("MHA_LIB_DEVICE", "meta")
-    with pytest.raises(ValueError, match=r"MHA_LIB_DEVICE='meta': expected 'cpu', 'cuda' or 'mps'"):
-        pick_device()
-    if not HAS_CUDA:
-        monkeypatch.setenv("MHA_LIB_DEVICE", "cuda")
-        with pytest.raises(ValueError, match="torch sees no CUDA device here"):
-            pick_device()
-
-
 def test_the_test_command_pins_the_notebooks_to_the_cpu():
     # the root conftest.py sets it before any notebook kernel starts; kernels inherit it
     assert os.environ.get("MHA_LIB_DEVICE") == "cpu"
@@ -730,7 +707,7 @@ def test_head_mask_zero_removes_exactly_that_heads_columns(need_weights):
         x, need_weights=need_weights, average_attn_weights=False, head_mask=hm
     )
     # by hand: the concatenated heads with head 1's block zeroed, then W_o
-    q, k, v = m._project(x, x, x, True, True)  # (B, h, N, d)
+    q, k, v = m._project(x, x, x)  # (B, h, N, d)
     heads = torch.softmax(q @ k.transpose(-2, -1) / (E // H) ** 0.5, dim=-1) @ v
     heads[:, 1] = 0.0
     by_hand = m.out_proj(heads.transpose(1, 2).reshape(3, 5, E))
@@ -773,3 +750,38 @@ def test_bad_head_mask(head_mask, exc, match):
     m = MultiHeadAttention(E, H)
     with pytest.raises(exc, match=match):
         m(_x(4, 5, E), head_mask=head_mask)
+
+
+# ----------------------------------------------------------------------------
+# explicit_attention: the algorithm, written out
+
+
+@pytest.mark.parametrize("L, S", [(7, 9), (9, 7), (1, 5), (6, 6)])
+def test_explicit_attention_equals_sdpa(L, S):
+    g = torch.Generator().manual_seed(L * 10 + S)
+    q = torch.randn(2, 3, L, 4, generator=g, dtype=torch.float64)  # (B, h, L, d)
+    k = torch.randn(2, 3, S, 4, generator=g, dtype=torch.float64)  # (B, h, S, d)
+    v = torch.randn(2, 3, S, 5, generator=g, dtype=torch.float64)  # (B, h, S, d_v)
+    mask = torch.randn(2, 1, L, S, generator=g, dtype=torch.float64)  # a float mask, added
+    for causal in (False, True):
+        out, w = explicit_attention(q, k, v, is_causal=causal)
+        assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=causal))
+        assert_close(w.sum(-1), 1.0)
+    out, _ = explicit_attention(q, k, v, mask)
+    assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+def test_explicit_attention_names_bad_input():
+    q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 6)
+    with pytest.raises(
+        ValueError, match=r"k has shape \(1, 2, 5, 3\); expected \(\.\.\., S, d\) with d = 4"
+    ):
+        explicit_attention(q, torch.randn(1, 2, 5, 3), v)
+    with pytest.raises(
+        ValueError, match=r"v has shape \(1, 2, 4, 6\); expected \(\.\.\., S, d_v\) with S = 5"
+    ):
+        explicit_attention(q, k, torch.randn(1, 2, 4, 6))
+    with pytest.raises(TypeError, match="q must be a floating-point tensor"):
+        explicit_attention(torch.ones(1, 2, 3, 4, dtype=torch.long), k, v)
+    with pytest.raises(ValueError, match=r"v has shape \(5,\)"):
+        explicit_attention(q, k, torch.randn(5))

@@ -1,14 +1,19 @@
 """mha_lib.testing.assert_close: what it accepts, what it rejects, what its message says, and
 what importing it costs a kernel."""
 
+import ast
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from mha_lib.testing import assert_close
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_equal_and_close_pass():
@@ -83,11 +88,31 @@ def test_the_message_names_the_largest_difference_and_where():
     assert "actual 0.5, expected 0" in text
 
 
+def test_tuples_of_arrays_are_compared_pair_by_pair():
+    o, lse = torch.ones(2, 3), torch.zeros(2)
+    assert_close((o, lse), (o.clone(), lse.clone()))
+    with pytest.raises(AssertionError, match=r"^element 1: not close: 1 of 2"):
+        assert_close((o, lse), (o, torch.tensor([0.0, 1.0])))
+    with pytest.raises(AssertionError, match=r"out\[0\]: actual has shape \(2, 3\)"):
+        assert_close((o, lse), (o.T, lse), msg="out")
+    with pytest.raises(AssertionError, match="2 arrays; expected 1"):
+        assert_close((o, lse), [o])
+
+
 def test_shapes_must_match():
     with pytest.raises(AssertionError, match=r"shape \(3, 4\); expected shape \(4, 3\)"):
         assert_close(np.zeros((3, 4)), np.zeros((4, 3)))
     with pytest.raises(AssertionError, match="nothing is broadcast"):
         assert_close(np.zeros((1, 3)), np.zeros(3))
+    with pytest.raises(AssertionError, match="nothing is broadcast"):
+        assert_close(0.0, np.zeros(3))  # the array must be the actual one
+
+
+def test_a_single_expected_number_applies_to_every_element():
+    assert_close(np.full((2, 3), 0.5), 0.5)
+    assert_close(torch.ones(4).softmax(0).sum(), 1.0)
+    with pytest.raises(AssertionError, match=r"(?s)1 of 3 elements.*at index \(2,\)"):
+        assert_close(np.array([1.0, 1.0, 1.1]), 1.0)
 
 
 def test_nan_and_inf():
@@ -135,3 +160,105 @@ def test_torch_testing_still_costs_what_the_module_docstring_says():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "True"]
+
+
+# ------------------------------------------------------------------ one way in every notebook
+
+OTHER_CHECKS = {
+    "np.testing.assert_allclose",
+    "np.testing.assert_array_equal",
+    "np.testing.assert_array_almost_equal",
+    "np.testing.assert_almost_equal",
+    "np.testing.assert_equal",
+    "torch.testing.assert_close",
+    "torch.testing.assert_allclose",
+}
+# a bare `assert f(a, b)` with one of these fails with an empty AssertionError
+SILENT_IN_ASSERT = {
+    "torch.allclose",
+    "np.allclose",
+    "torch.equal",
+    "np.array_equal",
+    "np.array_equiv",
+    "torch.isclose",
+    "np.isclose",
+    "math.isclose",
+}
+
+
+def _dotted(node) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return ""
+
+
+def other_equality_checks(source: str) -> list[str]:
+    """The equality checks in `source` other than mha_lib.testing.assert_close (read with ast:
+    comments and strings do not count; `assert not torch.allclose(...)`, a claim that two
+    things differ, is allowed)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and _dotted(node.func) in OTHER_CHECKS:
+            found.append(_dotted(node.func))
+        elif isinstance(node, ast.Assert):
+            terms = node.test.values if isinstance(node.test, ast.BoolOp) else [node.test]
+            for term in terms:
+                if isinstance(term, ast.Call) and _dotted(term.func) in SILENT_IN_ASSERT:
+                    found.append(f"assert {_dotted(term.func)}(...)")
+                elif isinstance(term, ast.Call) and _dotted(term.func) in ("all", "any"):
+                    inner = term.args[0] if term.args else None
+                    if isinstance(inner, ast.GeneratorExp | ast.ListComp) and isinstance(
+                        inner.elt, ast.Call
+                    ):
+                        if _dotted(inner.elt.func) in SILENT_IN_ASSERT:
+                            found.append(f"assert {_dotted(term.func)}({_dotted(inner.elt.func)}")
+    return found
+
+
+def test_the_finder_flags_the_other_forms_and_only_those():
+    flagged = [
+        "np.testing.assert_allclose(a, b)",
+        "torch.testing.assert_close(a, b, rtol=0, atol=0)",
+        "assert torch.allclose(a, b)",
+        "assert np.allclose(a, b), 'differ'",
+        "assert torch.equal(a, b) and x > 0",
+        "assert all(torch.equal(p, q) for p, q in pairs)",
+        "assert math.isclose(x, 0.5)",
+    ]
+    for code in flagged:
+        assert len(other_equality_checks(code)) == 1, code
+    allowed = [
+        "assert_close(a, b)",
+        "assert not torch.allclose(a, b)",
+        "same = torch.equal(a, b)",
+        "# np.testing.assert_allclose(a, b)",
+        "print('assert torch.allclose(a, b)')",
+        "assert (a == b).all()",
+    ]
+    for code in allowed:
+        assert other_equality_checks(code) == [], code
+
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS += sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_notebook_checks_equality_one_way(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    for index, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        source = "\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!")))
+        others = other_equality_checks(source)
+        assert not others, (
+            f"{path.parent.name}/{path.name} cell {index} checks equality with "
+            f"{', '.join(others)}: use mha_lib.testing.assert_close, whose failure names the "
+            "largest difference (tests/README.md)"
+        )

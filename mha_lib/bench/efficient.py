@@ -37,10 +37,10 @@ from ..efficient import (
     GroupedQueryAttention,
     KVCache,
     flash_attention,
-    naive_attention,
     saved_for_backward_bytes,
 )
-from ..pytorch import pick_device
+from ..pytorch import explicit_attention
+from ..runtime import pick_device
 from . import memory
 from .timing import interleaved_medians
 from .torch_mha import synchronize
@@ -126,7 +126,7 @@ def flash_fns(q, k, v) -> dict:
     """The three forward variants as callables of no argument."""
     block = FLASH_SHAPE["block"]
     return {
-        "naive": lambda: naive_attention(q, k, v),
+        "naive": lambda: explicit_attention(q, k, v)[0],
         "flash (torch loop)": lambda: flash_attention(q, k, v, block_q=block, block_k=block)[0],
         "SDPA": lambda: F.scaled_dot_product_attention(q, k, v),
     }

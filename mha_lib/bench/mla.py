@@ -20,7 +20,7 @@ import json
 import torch
 
 from ..efficient.mla import MultiHeadLatentAttention, decode_step_cost
-from ..pytorch import pick_device
+from ..runtime import pick_device
 from .timing import interleaved_medians
 
 R, D_N, D_R, D_V = 512, 128, 64, 128

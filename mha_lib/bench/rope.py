@@ -17,7 +17,7 @@ import sys
 import torch
 
 from ..positions import rope
-from ..pytorch import pick_device
+from ..runtime import pick_device
 from .timing import interleaved_medians
 from .torch_mha import synchronize
 

@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..pytorch import MultiHeadAttention, pick_device
+from ..pytorch import MultiHeadAttention, explicit_attention
+from ..runtime import pick_device
 from . import memory
 from .timing import interleaved_medians
 
@@ -64,8 +64,7 @@ def naive_attention(m: MultiHeadAttention, x: torch.Tensor) -> torch.Tensor:
     h, d = m.num_heads, m.head_dim
     qkv = F.linear(x, m.in_proj_weight, m.in_proj_bias)  # (B, N, 3E)
     q, k, v = qkv.view(B, N, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, h, N, d)
-    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1)  # (B, h, N, N)
-    heads = weights @ v  # (B, h, N, d)
+    heads, _ = explicit_attention(q, k, v)  # (B, h, N, d), the (B, h, N, N) weights kept
     return m.out_proj(heads.transpose(1, 2).reshape(B, N, E))  # (B, N, E)
 
 

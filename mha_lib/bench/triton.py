@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 
@@ -29,6 +28,8 @@ import mha_lib.efficient.triton_flash as ta  # first: it picks the interpreter b
 
 import torch  # isort: skip
 import torch.nn.functional as F  # isort: skip
+
+from mha_lib.pytorch import explicit_attention  # isort: skip
 
 VARIANTS = ("triton", "sdpa_flash", "naive")
 
@@ -66,15 +67,6 @@ def print_correctness(rows: list[dict]) -> None:
         print(f"| {r['N']} | {r['M']} | {r['d']} | {r['causal']} | {verdict} |")
 
 
-def naive(q, k, v, causal):
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, h, N, N)
-    if causal:
-        N = q.shape[2]
-        future = torch.ones(N, N, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(future, -math.inf)
-    return torch.softmax(scores, dim=-1) @ v  # (B, h, N, d)
-
-
 def _forward_call(fn, q, k, v):
     return lambda: fn(q, k, v)
 
@@ -94,7 +86,7 @@ def gpu_rows(sizes, head_dims, dtypes, causal, rounds, tokens, width) -> list[di
     forward = {
         "triton": lambda q, k, v: ta.triton_attention(q, k, v, "top_left" if causal else None)[0],
         "sdpa_flash": sdpa_flash,
-        "naive": lambda q, k, v: naive(q, k, v, causal),
+        "naive": lambda q, k, v: explicit_attention(q, k, v, is_causal=causal)[0],
     }
     rows = []
     for dtype_name in dtypes:

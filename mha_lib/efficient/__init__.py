@@ -48,7 +48,6 @@ from .flash import (
     flash_attention_backward,
     flash_attention_forward,
     hbm_bytes,
-    naive_attention,
     saved_for_backward_bytes,
 )
 from .gqa import GroupedQueryAttention, grouped_query_attention, repeat_kv
@@ -91,7 +90,6 @@ __all__ = [
     "hbm_bytes",
     "leaks_future",
     "mask_from_mask_mod",
-    "naive_attention",
     "prefix_lm_mask",
     "prefix_lm_mask_mod",
     "repeat_kv",

@@ -29,8 +29,6 @@ What it holds:
 - `flash_attention(q, k, v, is_causal=False, block_q=64, block_k=64, mask_mod=None,
   stats=None)` -> (o, lse), differentiable in q, k, v (a `torch.autograd.Function`);
 - `TileStats`: tiles visited and skipped by a pass (pass one as `stats=`);
-- `naive_attention(q, k, v, is_causal)`: the plain definition, the (N, M)
-  weights written out (what autograd then keeps);
 - `saved_for_backward_bytes(fn)`: the bytes autograd keeps for the backward
   pass of fn() (notebook 04's saved-tensors hook; each storage counted once);
 - `hbm_bytes(N, M, d, form, causal, block_q, block_k)`: the bytes one forward pass
@@ -67,7 +65,6 @@ __all__ = [
     "flash_attention_backward",
     "flash_attention_forward",
     "hbm_bytes",
-    "naive_attention",
     "saved_for_backward_bytes",
 ]
 
@@ -326,17 +323,6 @@ def flash_attention(
     """
     _check_inputs(q, k, v, is_causal, block_q, block_k, mask_mod, stats)
     return _FlashAttention.apply(q, k, v, is_causal, block_q, block_k, mask_mod, stats)
-
-
-def naive_attention(q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tensor:
-    """softmax(q kᵀ / √d_k) v with the (B, h, N, M) weights written out; (B, h, N, d_v)."""
-    _check_inputs(q, k, v, is_causal, 1, 1)
-    N, M = q.shape[2], k.shape[2]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, h, N, M)
-    if is_causal:
-        future = torch.ones(N, M, dtype=torch.bool, device=q.device).triu(1)  # (N, M)
-        scores = scores.masked_fill(future, -math.inf)
-    return torch.softmax(scores, dim=-1) @ v  # (B, h, N, d_v)
 
 
 def saved_for_backward_bytes(fn: Callable[[], object]) -> int:

@@ -27,6 +27,7 @@ import json
 import platform
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -54,7 +55,9 @@ __all__ = [
 ]
 
 SEEDS = tuple(range(5))
-SWEEP_FILE = Path(__file__).parents[1] / "data" / "nb11_recall_sweep.json"
+SWEEP_FILE = Path(
+    str(resources.files("mha_lib") / "data" / "nb11_recall_sweep.json")
+)  # mha_lib/data/
 TASK = {"pairs": 8, "num_keys": 16, "num_values": 16}  # 8 pairs + 8 queries = 24 tokens
 TRAIN = {"steps": 600, "batch": 64, "lr": 3e-3, "d_model": 64, "layers": 1}
 

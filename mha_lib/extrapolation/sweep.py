@@ -24,6 +24,7 @@ import json
 import platform
 import sys
 import time
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,9 @@ SEEDS = tuple(range(5))
 # what the test regenerates (under a minute): seed 0 of copy_back, these variants
 TEST_SUBSET = ("copy_back", 0, ("sinusoidal", "rope", "rope + PI", "rope + PI, tuned"))
 STRETCHED = ("rope + PI", "rope + base", "rope + fine-tune")
-SWEEP_FILE = Path(__file__).parents[1] / "data" / "nb10_extrapolation.json"  # mha_lib/data/
+SWEEP_FILE = Path(
+    str(resources.files("mha_lib") / "data" / "nb10_extrapolation.json")
+)  # mha_lib/data/
 TEST_BATCH = 256
 
 

@@ -38,8 +38,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..memory import release_freed_memory
 from ..plot import plot_attention, plot_heads
+from ..runtime import release_freed_memory
 from .encoder import MiniLMEncoder, load_minilm, tokenize
 from .roles import (
     NULL_NAMES,
@@ -707,7 +707,7 @@ class HeadExplorer:
             outputs.append(_png_output(figure))
             plt.close(figure)
             # each redraw frees a figure (up to 14 x 11 in): hand its memory back, or a learner
-            # trying many sentences leaves it in the kernel (mha_lib.memory)
+            # trying many sentences leaves it in the kernel (mha_lib.runtime)
             release_freed_memory()
         self.out.outputs = tuple(outputs)
         self.last = drawn

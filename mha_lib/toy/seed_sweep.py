@@ -33,6 +33,7 @@ import json
 import math
 import platform
 import sys
+from importlib import resources
 from pathlib import Path
 
 import torch
@@ -71,7 +72,9 @@ __all__ = [
 
 SEEDS = tuple(range(50))
 TEST_SEEDS = SEEDS[::7]  # 0, 7, ..., 49: the 8 seeds tests/toy/test_seed_sweep.py regenerates
-SWEEP_FILE = Path(__file__).parents[1] / "data" / "nb06_seed_sweep.json"  # mha_lib/data/
+SWEEP_FILE = Path(
+    str(resources.files("mha_lib") / "data" / "nb06_seed_sweep.json")
+)  # mha_lib/data/
 TEST_T = 10  # block length of the induction test batch
 
 

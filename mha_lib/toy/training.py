@@ -1,6 +1,6 @@
 """A small, seeded training loop, and the two trainings of notebook 06.
 
-`train` runs Adam (`mha_lib.optim.Adam`: torch.optim.Adam's steps, float for float) for a fixed
+`train` runs Adam (`mha_lib.runtime.Adam`: torch.optim.Adam's steps, float for float) for a fixed
 number of steps on batches drawn from a seeded `torch.Generator`, with torch's intra-op threads
 set to `threads` (1 by default) for the duration of the call and restored afterwards. What that
 makes repeatable, and what not: on one machine, with the same threads and the same numeric
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..optim import Adam
+from ..runtime import Adam
 from .models import AttentionOnly, Committee
 from .tasks import IGNORE, relations_batch, repeated_block_batch
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_lib.efficient import KVCache, sliding_window_mask
-from mha_lib.efficient.cache_cost import MODELS, CacheConfig, cache_bytes, cache_numbers_per_token
+from mha_lib.efficient import sliding_window_mask
+from mha_lib.efficient.cache_cost import CacheConfig, cache_bytes
 from mha_lib.efficient.sink_cache import (
     SinkKVCache,
     sink_cached_attention,
@@ -76,27 +76,9 @@ def test_bad_input_is_refused():
         SinkKVCache(1, 2, 4, window=0)
 
 
-def test_kv_cache_nbytes_equals_the_formula():
-    for h_kv in (8, 2, 1):
-        cfg = CacheConfig("t", "test", 1, num_heads=8, num_kv_heads=h_kv, head_dim=16,
-                          bytes_per_number=4)  # fmt: skip
-        assert KVCache(3, h_kv, 50, 16).nbytes == cache_bytes(cfg, 50, batch=3)
-        assert cfg.attention == {8: "MHA", 2: "GQA", 1: "MQA"}[h_kv]
-
-
 def test_sink_cache_nbytes_equals_the_windowed_formula():
     cfg = CacheConfig("t", "test", 1, num_heads=4, num_kv_heads=2, head_dim=8, window=6,
                       bytes_per_number=4)  # fmt: skip
     cache = SinkKVCache(2, 2, 8, window=6, num_sinks=3)
     for N in (9, 100, 10_000):
         assert cache.nbytes == cache_bytes(cfg, N, batch=2, num_sinks=3)
-
-
-def test_published_configurations():
-    assert cache_numbers_per_token(MODELS["Llama-2-7B"]) == 8192  # 2 x 32 x 128
-    assert cache_numbers_per_token(MODELS["DeepSeek-V3"]) == 576  # 512 + 64
-    assert cache_bytes(MODELS["Llama-2-7B"], 4096) == 2 * 2**30  # 2 GiB at 4k, bfloat16
-    assert cache_bytes(MODELS["Mistral-7B"], 32_768) == cache_bytes(MODELS["Mistral-7B"], 4096)
-    assert {m.attention for m in MODELS.values()} == {"MHA", "MQA", "GQA", "MLA"}
-    with pytest.raises(ValueError, match="kind"):
-        cache_numbers_per_token(CacheConfig("t", "test", 1, kind="other"))

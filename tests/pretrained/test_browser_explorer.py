@@ -9,7 +9,7 @@ comes from a CDN), with every other request refused, so the page works offline.
 
 Needs Debian's `chromium` (/usr/bin/chromium) and the `playwright` package, which drives
 it (no browser of Playwright's own is downloaded). Without them the tests skip and say
-why. Set EXPLORER_SCREENSHOT=path.png to save a picture of the explorer (the README's).
+why. Set EXPLORER_SCREENSHOT=path.png to save a picture of the explorer (docs/explorer.md's).
 """
 
 import contextlib

@@ -209,15 +209,15 @@ def test_bad_input_is_named(model, call, error, message):
         call(model)
 
 
-def test_the_readme_example_runs(monkeypatch):
-    """The README's explorer example, as written there (the widget needs ipywidgets)."""
+def test_the_documented_example_runs(monkeypatch):
+    """docs/explorer.md's example, as written there (the widget needs ipywidgets)."""
     pytest.importorskip("ipywidgets")
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = text.split("## Explore the heads of a real model", 1)[1]
+    text = (Path(__file__).resolve().parents[2] / "docs" / "explorer.md").read_text()
+    section = text.split("# Explore the heads of a real model", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     printed = []
     monkeypatch.setattr("builtins.print", lambda *a, **k: printed.append(" ".join(map(str, a))))
-    exec(compile(code, "README.md", "exec"), {})
+    exec(compile(code, "docs/explorer.md", "exec"), {})
     assert printed[0].startswith("L3.H1: role scores") and "are -> keys" in printed[1]
 
 

@@ -1,0 +1,154 @@
+"""What the notebooks' kernels need to run well on a learner's machine: which device, an
+optimiser that keeps the kernel small, and freed memory handed back.
+
+- `pick_device()`: a CUDA GPU, else Apple's MPS, else the CPU; MHA_LIB_DEVICE overrides it
+  (notebook 04 on; the test command sets it to "cpu").
+- `Adam`: torch.optim.Adam's steps, float for float, for notebook 04's training cell and
+  notebook 06's trainings. In your own code use `torch.optim.Adam` (or `AdamW`): this class
+  exists only because building a torch.optim optimiser imports torch's compiler stack
+  (torch._dynamo, and with it sympy and, where installed, triton), about 150 MB that stay in
+  the kernel for the rest of the session, on a Binder machine that has 2 GB for all of a
+  learner's kernels. It does the same arithmetic as `torch.optim.Adam`'s loop over parameters on
+  the CPU, in the same order (tests/test_runtime.py checks that the parameters agree float for
+  float after many steps), and imports nothing but torch.
+- `release_freed_memory()`: what notebook 05 does after its largest section. On Linux, glibc's
+  allocator keeps memory that a program frees inside the program when the freed blocks sit in
+  the middle of its heap: after notebook 05 frees the attention weights and hidden states of
+  its 480 sentences, its kernel still holds about 120 MB of them, unused but counted against
+  the machine's memory until the kernel shuts down. This function collects Python's garbage
+  and then asks glibc to return every free page (`malloc_trim(0)`). It frees nothing that is
+  still in use and changes no result. Elsewhere (macOS, Windows, a Linux without glibc) the
+  allocator works differently, and the function only collects garbage.
+
+One Adam step, per parameter p with gradient g, at step t (beta1, beta2, eps as in Kingma & Ba,
+2015):
+    p <- p * (1 - lr * weight_decay)                  (decoupled weight decay, as AdamW)
+    m <- beta1 m + (1 - beta1) g                      (mean of the gradients)
+    v <- beta2 v + (1 - beta2) g²                     (mean of their squares)
+    p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import sys
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+__all__ = ["Adam", "pick_device", "release_freed_memory"]
+
+
+# ---------------------------------------------------------------------------- the device
+
+
+def pick_device() -> torch.device:
+    """The best available device: a CUDA GPU, else Apple's MPS, else the CPU.
+
+    The environment variable MHA_LIB_DEVICE overrides the choice ("cpu", "cuda", "cuda:1",
+    "mps"): the test command sets MHA_LIB_DEVICE=cpu, so that the notebooks' stored CPU
+    outputs are compared on the CPU even on a machine with a GPU. A device that is named
+    but not available is an error, not a silent fallback.
+    """
+    name = os.environ.get("MHA_LIB_DEVICE", "").strip()
+    if name:
+        return _named_device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def _named_device(name: str) -> torch.device:
+    """The device that MHA_LIB_DEVICE names, after checking that this machine has it."""
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise ValueError(
+            f"MHA_LIB_DEVICE={name!r} is not a device name; expected 'cpu', 'cuda', "
+            "'cuda:<index>' or 'mps'"
+        ) from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no CUDA device here")
+    if device.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            raise ValueError(f"MHA_LIB_DEVICE={name!r}, but torch sees no MPS device here")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"MHA_LIB_DEVICE={name!r}: expected 'cpu', 'cuda' or 'mps'")
+    return device
+
+
+# ---------------------------------------------------------------------------- the optimiser
+
+
+class Adam:
+    """Adam (with decoupled weight decay when weight_decay > 0, i.e. AdamW).
+
+    params: the tensors to train (e.g. `model.parameters()`); `zero_grad()` then `step()`, as
+    with torch.optim. A parameter whose .grad is None is skipped, and its step count stays.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Tensor],
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ):
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ValueError("params is empty (or nothing in it requires grad); nothing to train")
+        for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0; got {value!r}")
+        if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"betas must be two numbers in [0, 1); got {betas!r}")
+        self.lr, self.betas, self.eps, self.weight_decay = lr, tuple(betas), eps, weight_decay
+        self.steps = [0] * len(self.params)  # per parameter, as torch.optim counts them
+        self.m = [torch.zeros_like(p) for p in self.params]  # first moments, p's shape
+        self.v = [torch.zeros_like(p) for p in self.params]  # second moments, p's shape
+
+    def zero_grad(self) -> None:
+        """Drop every gradient (set it to None, as torch.optim does by default)."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One Adam step for every parameter that has a gradient."""
+        beta1, beta2 = self.betas
+        for i, (p, m, v) in enumerate(zip(self.params, self.m, self.v)):
+            if p.grad is None:
+                continue
+            g = p.grad
+            self.steps[i] += 1
+            t = float(self.steps[i])
+            if self.weight_decay != 0:
+                p.mul_(1 - self.lr * self.weight_decay)
+            m.lerp_(g, 1 - beta1)  # m + (1 - beta1)(g - m)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            denom = (v.sqrt() / (1 - beta2**t) ** 0.5).add_(self.eps)
+            p.addcdiv_(m, denom, value=-(self.lr / (1 - beta1**t)))
+
+
+# ---------------------------------------------------------------------------- freed memory
+
+
+def release_freed_memory() -> bool:
+    """gc.collect(), then glibc's malloc_trim(0) on Linux; True if malloc_trim ran."""
+    gc.collect()
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim  # glibc only
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True

@@ -1,0 +1,25 @@
+"""mha_lib.efficient.cache_cost (notebook 11): bytes per token of a cache, checked against what
+the caches hold, and the published configurations with their sources."""
+
+import pytest
+
+from mha_lib.efficient import KVCache
+from mha_lib.efficient.cache_cost import MODELS, CacheConfig, cache_bytes, cache_numbers_per_token
+
+
+def test_kv_cache_nbytes_equals_the_formula():
+    for h_kv in (8, 2, 1):
+        cfg = CacheConfig("t", "test", 1, num_heads=8, num_kv_heads=h_kv, head_dim=16,
+                          bytes_per_number=4)  # fmt: skip
+        assert KVCache(3, h_kv, 50, 16).nbytes == cache_bytes(cfg, 50, batch=3)
+        assert cfg.attention == {8: "MHA", 2: "GQA", 1: "MQA"}[h_kv]
+
+
+def test_published_configurations():
+    assert cache_numbers_per_token(MODELS["Llama-2-7B"]) == 8192  # 2 x 32 x 128
+    assert cache_numbers_per_token(MODELS["DeepSeek-V3"]) == 576  # 512 + 64
+    assert cache_bytes(MODELS["Llama-2-7B"], 4096) == 2 * 2**30  # 2 GiB at 4k, bfloat16
+    assert cache_bytes(MODELS["Mistral-7B"], 32_768) == cache_bytes(MODELS["Mistral-7B"], 4096)
+    assert {m.attention for m in MODELS.values()} == {"MHA", "MQA", "GQA", "MLA"}
+    with pytest.raises(ValueError, match="kind"):
+        cache_numbers_per_token(CacheConfig("t", "test", 1, kind="other"))

@@ -1,0 +1,127 @@
+"""mha_lib.efficient.kv_cache: decoding with the cache equals full causal attention; a chunk needs
+the bottom-right causal mask."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mha_lib
+from mha_lib.efficient import (
+    GroupedQueryAttention,
+    KVCache,
+    bottom_right_causal_mask,
+    cached_attention,
+)
+from tests.efficient.efficient_inputs import DTYPES, TOL, randn, seeds
+
+# --- KV cache ------------------------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.integers(1, 2),  # B
+    st.sampled_from([(1, 1), (2, 1), (4, 2), (4, 4)]),  # (h, h_kv)
+    st.integers(1, 12),  # N
+    st.sampled_from(DTYPES),
+    seeds,
+    st.data(),
+)
+def test_decoding_with_the_cache_equals_full_causal_attention(B, heads, N, dtype, seed, data):
+    h, h_kv = heads
+    torch.manual_seed(seed % 1000)
+    m = GroupedQueryAttention(4 * h, h, h_kv).to(dtype)
+    x = randn(B, N, 4 * h, seed=seed, dtype=dtype)
+    full = m(x, is_causal=True)  # (B, N, C)
+    tol = TOL[dtype]
+    # token by token
+    cache = m.new_cache(B, N)
+    steps = [m(x[:, t : t + 1], cache=cache) for t in range(N)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=tol, atol=tol)
+    # in random chunks
+    cuts = sorted(data.draw(st.sets(st.integers(1, N - 1), max_size=3)) if N > 1 else set())
+    bounds = [0, *cuts, N]
+    cache = m.new_cache(B, N)
+    chunks = [m(x[:, a:b], cache=cache) for a, b in itertools.pairwise(bounds)]
+    torch.testing.assert_close(torch.cat(chunks, dim=1), full, rtol=tol, atol=tol)
+    assert cache.length == N
+
+
+def test_a_chunk_needs_the_bottom_right_causal_mask():
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(8, 2, 2).double()
+    x = randn(1, 9, 8, seed=0)
+    full = m(x, is_causal=True)
+    cache = m.new_cache(1, 9)
+    m(x[:, :5], cache=cache)
+    q = m.q_proj(x[:, 5:]).view(1, 4, 2, 4).transpose(1, 2)  # (B, h, 4, d)
+    k, v = cache.k[:, :, :5], cache.v[:, :, :5]
+    k_new = m.k_proj(x[:, 5:]).view(1, 4, 2, 4).transpose(1, 2)
+    v_new = m.v_proj(x[:, 5:]).view(1, 4, 2, 4).transpose(1, 2)
+    k_all, v_all = torch.cat([k, k_new], dim=2), torch.cat([v, v_new], dim=2)  # (B, h, 9, d)
+
+    def out(heads):
+        return m.out_proj(heads.transpose(1, 2).reshape(1, 4, 8))
+
+    right = F.scaled_dot_product_attention(
+        q, k_all, v_all, attn_mask=torch.from_numpy(bottom_right_causal_mask(4, 9))
+    )
+    torch.testing.assert_close(out(right), full[:, 5:])
+    top_left = F.scaled_dot_product_attention(q, k_all, v_all, is_causal=True)  # wrong here
+    assert (out(top_left) - full[:, 5:]).abs().max() > 1e-3
+    torch.testing.assert_close(
+        out(cached_attention(q, k_new, v_new, cache)), full[:, 5:]
+    )  # what the module does
+
+
+@pytest.mark.parametrize(("n", "m"), [(1, 1), (1, 6), (3, 6), (6, 6), (4, 9)])
+def test_bottom_right_causal_mask_definition(n, m):
+    mask = bottom_right_causal_mask(n, m)
+    expected = np.array([[j <= m - n + i for j in range(m)] for i in range(n)])
+    np.testing.assert_array_equal(mask, expected)
+    np.testing.assert_array_equal(bottom_right_causal_mask(m, m), mha_lib.causal_mask(m))
+    np.testing.assert_array_equal(mask, mha_lib.causal_mask(m)[m - n :])  # the last n rows
+
+
+def test_kv_cache_truncate_and_full():
+    cache = KVCache(1, 2, 4, 3)
+    k = torch.ones(1, 2, 3, 3)
+    cache.append(k, k)
+    cache.truncate(1)
+    ks, _ = cache.append(2 * k, 2 * k)
+    assert ks.shape == (1, 2, 4, 3) and (ks[:, :, 1:] == 2).all()
+    with pytest.raises(ValueError, match="do not fit"):
+        cache.append(k[:, :, :1], k[:, :, :1])
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+q4 = torch.zeros(1, 2, 5, 4)
+k4 = torch.zeros(1, 2, 6, 4)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda: KVCache(1, 2, 0, 4), ValueError, "max_len must be at least 1"),
+        (lambda: KVCache(1, 2, 8, 4).append(k4[:, :1], k4[:, :1]), ValueError, "h_kv = 2"),
+        (
+            lambda: cached_attention(torch.zeros(1, 3, 6, 4), k4, k4, KVCache(1, 2, 8, 4)),
+            ValueError,
+            "multiple of the cache's h_kv = 2",
+        ),
+        (
+            lambda: cached_attention(torch.zeros(1, 2, 2, 4), k4, k4, KVCache(1, 2, 8, 4)),
+            ValueError,
+            "q has 2 new tokens",
+        ),
+    ],
+)
+def test_bad_input_is_refused_with_a_clear_message(call, error, message):
+    with pytest.raises(error) as info:
+        call()
+    assert message in str(info.value)
