@@ -10,7 +10,8 @@ returned with the single-process references. The fault tests start their own gro
 from __future__ import annotations
 
 import pytest
-from dist_cases import Groups
+
+from tests.distributed.distributed_inputs import Groups
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,10 @@ its definition says, and the ring algorithms written with send/recv equal torch.
 collectives while sending exactly the bytes of the formula (counted per rank)."""
 
 import pytest
-from dist_cases import WORLD_SIZES
 
 from mha_lib.distributed.collectives import Traffic, ring_bytes
 from mha_lib.testing import assert_close
+from tests.distributed.distributed_inputs import WORLD_SIZES
 
 
 @pytest.mark.parametrize("P", WORLD_SIZES)

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from dist_cases import WORLD_SIZES
 
 from mha_lib.distributed.command import main
+from tests.distributed.distributed_inputs import WORLD_SIZES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,12 +8,12 @@ import os
 
 import pytest
 import torch
-from dist_cases import WORLD_SIZES
 
 from mha_lib.distributed import launch
 from mha_lib.distributed.decoder import TINY, RandomWeights
 from mha_lib.distributed.launch import GroupError, fail_on_rank, hang_on_rank, run
 from mha_lib.distributed.tensor_parallel import tensor_parallel_rank
+from tests.distributed.distributed_inputs import WORLD_SIZES
 
 
 def no_child_left():

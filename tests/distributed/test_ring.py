@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from dist_cases import GRAD_CASES, WORLD_SIZES, ring_cases, ring_inputs
 
 from mha_lib.distributed.ring import (
     block_kind,
@@ -27,6 +26,7 @@ from mha_lib.distributed.ring import (
 )
 from mha_lib.efficient import flash_attention_forward
 from mha_lib.testing import assert_close
+from tests.distributed.distributed_inputs import GRAD_CASES, WORLD_SIZES, ring_cases, ring_inputs
 
 CASES = list(ring_cases(1))
 

@@ -8,7 +8,6 @@ another order (partial sums over heads, added by the all_reduce), about 10 float
 
 import pytest
 import torch
-from dist_cases import WORLD_SIZES, tp_cases, tp_config, tp_ids
 
 from mha_lib.distributed.decoder import (
     SMOLLM2_135M,
@@ -25,6 +24,7 @@ from mha_lib.distributed.tensor_parallel import (
     tensor_parallel_logits,
 )
 from mha_lib.testing import assert_close
+from tests.distributed.distributed_inputs import WORLD_SIZES, tp_cases, tp_config, tp_ids
 
 
 @pytest.mark.parametrize("P", WORLD_SIZES)

@@ -1,7 +1,8 @@
-"""The checks that tests/distributed/ runs in its shared process groups, and their inputs.
+"""The checks that tests/distributed/ runs in its shared process groups, and their inputs
+(imported by the tests, not a test).
 
-Imported by conftest.py (which starts one group per world size) and by the test modules (which
-compute the single-process references from the same inputs).
+conftest.py starts one group per world size through `Groups`; the test modules compute the
+single-process references from the same inputs.
 """
 
 from __future__ import annotations
