@@ -26,11 +26,13 @@ One package per later part, each importing the core and never imported by it:
   in torch and as Triton kernels, smaller caches (notebooks 08, 09, 11);
 - `extrapolation/`: how far each position scheme extrapolates, over seeds
   (notebook 10);
+- `llm/`: a real language model, SmolLM2-135M, read from its GGUF file and run on
+  the series' own attention (notebook 12);
 - `distributed/`: attention across processes with `torch.distributed`: the
-  collectives, heads split over ranks (tensor parallelism), a sequence split
-  over a ring (ring attention) (notebook 14).
+  collectives, heads split over ranks (tensor parallelism, SmolLM2 sharded over
+  three processes), a sequence split over a ring (ring attention) (notebook 14).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
-numpy|torch|efficient|triton|rope|mla|binder`), `data` (cached sweeps, read with
+numpy|torch|efficient|triton|rope|mla|llm|binder`), `data` (cached sweeps, read with
 `importlib.resources`).
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.

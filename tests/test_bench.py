@@ -165,3 +165,15 @@ def test_rope_benchmark_runs_on_tiny_sizes(tmp_path):
     assert (row["N"], row["d"]) == (16, 8) and row["ours_ms"] > 0
     if "ratio" in row:  # transformers installed: same rotation, to float32 rounding
         assert row["max_abs_difference"] < 1e-5 and row["ratio"] > 0
+
+
+def test_llm_benchmark_runs_on_tiny_sizes(tmp_path):
+    """Our decoder alone (transformers' load takes a minute): a short prefill and decode."""
+    path = tmp_path / "llm.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "llm", "--no-reference", "--prompt-len", "8",
+           "--new-tokens", "3", "--repeats", "1", "--json", str(path)]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "tokens/s with the KV cache" in result.stdout
+    row = json.loads(path.read_text())
+    assert row["load_ours_s"] > 0 and row["decode_ours_tok_s"] > 0

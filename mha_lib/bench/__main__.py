@@ -16,6 +16,7 @@ BENCHMARKS = {
     "mla": ("mla", "notebook 11's latent attention: one decoding step, plain vs absorbed"),
     "triton": ("triton", "notebook 09's Triton FlashAttention vs SDPA's flash backend (GPU)"),
     "rope": ("rope", "notebook 10's rope vs transformers' apply_rotary_pos_emb (ratio)"),
+    "llm": ("llm", "notebook 12's decoder vs transformers: loading, prefill, decoding (CPU)"),
     "binder": ("binder", "the series walked with every kernel alive: memory per kernel (Linux)"),
 }
 

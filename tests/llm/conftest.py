@@ -1,0 +1,179 @@
+"""Fixtures of tests/llm: the real model and its reference, loaded once per test session, and tiny
+GGUF files written here.
+
+- `smollm2`: our (model, tokenizer), from the packaged GGUF file (about 5 s);
+- `reference_model`, `reference_tokenizer`: transformers' LlamaForCausalLM and tokenizer read
+  from the same file (`from_pretrained(dir, gguf_file=name)`: about 15 s and 50 s on 2 cores);
+  every comparison with them shares these two;
+- `write_tiny_gguf(path, ...)`: a small Llama GGUF file of odd sizes, written with gguf's own
+  writer the way llama.cpp's converter writes one (W_Q and W_K rows permuted to adjacent pairs,
+  matrices in Q4_1, the embedding in Q8_0, norms in F32), from a random transformers model; the
+  loaders are tested on it against transformers reading the same file, in well under a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from mha_lib.llm.gguf_file import find_model_file
+from mha_lib.positions import rope_permutation
+
+TINY = {
+    "vocab_size": 100,
+    "hidden_size": 64,  # C, a multiple of 32 (the blocks)
+    "intermediate_size": 96,  # F
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,  # h, d = 16
+    "num_key_value_heads": 2,  # h_kv
+    "max_position_embeddings": 64,
+    "rope_theta": 500.0,
+    "rms_norm_eps": 1e-5,
+}
+
+
+def _quiet_transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def tiny_hf_model(seed: int = 0):
+    """A random transformers LlamaForCausalLM of the TINY sizes (tied embedding)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _quiet_transformers()
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**TINY, tie_word_embeddings=True)).eval()
+
+
+def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra=None):
+    """Write hf's weights (a tiny_hf_model by default) as a llama.cpp GGUF file at path.
+
+    qtype: the format of the attention and MLP matrices; skip: tensor names left out;
+    extra: {name: (array, qtype)} added. Returns the transformers model written.
+    """
+    import gguf
+    from gguf import GGMLQuantizationType as Q
+    from gguf.quants import quantize
+
+    hf = tiny_hf_model() if hf is None else hf
+    cfg = hf.config
+    w = gguf.GGUFWriter(path, arch)
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(cfg.max_position_embeddings)
+    w.add_embedding_length(cfg.hidden_size)
+    w.add_feed_forward_length(cfg.intermediate_size)
+    w.add_head_count(cfg.num_attention_heads)
+    w.add_head_count_kv(cfg.num_key_value_heads)
+    w.add_rope_freq_base(TINY["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    w.add_vocab_size(cfg.vocab_size)
+    sd = hf.state_dict()
+
+    def put(name, t, kind, force=False):
+        if name in skip and not force:
+            return
+        a = t.detach().numpy()
+        if kind == "RAW":  # bytes as given, said to be Q4_K (a format the series does not read)
+            w.add_tensor(name, a.astype(np.uint8), raw_dtype=Q.Q4_K)
+            return
+        a = a.astype(np.float32)
+        if kind == "F32":
+            w.add_tensor(name, a)
+        else:
+            w.add_tensor(name, quantize(a, Q[kind]), raw_dtype=Q[kind])
+
+    def permute(t, heads):  # llama.cpp's converter: half-split rows -> adjacent pairs
+        d = t.shape[0] // heads
+        return t.view(heads, d, -1)[:, rope_permutation(d)].reshape(t.shape)
+
+    g = torch.Generator().manual_seed(1)
+    put("token_embd.weight", sd["model.embed_tokens.weight"], "Q8_0")
+    put("output_norm.weight", torch.rand(cfg.hidden_size, generator=g) + 0.5, "F32")
+    h, h_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    for l in range(cfg.num_hidden_layers):
+        p = f"model.layers.{l}."
+        put(f"blk.{l}.attn_norm.weight", torch.rand(cfg.hidden_size, generator=g) + 0.5, "F32")
+        put(f"blk.{l}.ffn_norm.weight", torch.rand(cfg.hidden_size, generator=g) + 0.5, "F32")
+        put(f"blk.{l}.attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], h), qtype)
+        put(f"blk.{l}.attn_k.weight", permute(sd[p + "self_attn.k_proj.weight"], h_kv), qtype)
+        put(f"blk.{l}.attn_v.weight", sd[p + "self_attn.v_proj.weight"], qtype)
+        put(f"blk.{l}.attn_output.weight", sd[p + "self_attn.o_proj.weight"], qtype)
+        put(f"blk.{l}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"], qtype)
+        put(f"blk.{l}.ffn_up.weight", sd[p + "mlp.up_proj.weight"], qtype)
+        put(f"blk.{l}.ffn_down.weight", sd[p + "mlp.down_proj.weight"], qtype)
+    for name, (array, kind) in (extra or {}).items():  # after the skipped ones: replacements
+        put(name, torch.as_tensor(array), kind, force=True)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return hf
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory):
+    """(path, transformers model read from it): the tiny file and its reference."""
+    from transformers import AutoModelForCausalLM
+
+    path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
+    write_tiny_gguf(path)
+    _quiet_transformers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        ).eval()
+    return path, ref
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    from mha_lib.llm import load_smollm2
+
+    return load_smollm2()
+
+
+@pytest.fixture(scope="session")
+def reference_model():
+    from transformers import AutoModelForCausalLM
+
+    _quiet_transformers()
+    path = find_model_file()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        )
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def reference_tokenizer():
+    from transformers import AutoTokenizer
+
+    _quiet_transformers()
+    path = find_model_file()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+
+@pytest.fixture
+def make_tiny_gguf():
+    """write_tiny_gguf, for tests that write a variant of the tiny file."""
+    return write_tiny_gguf
+
+
+@pytest.fixture
+def make_tiny_hf():
+    """tiny_hf_model, for tests that need a random transformers model of the tiny sizes."""
+    return tiny_hf_model

