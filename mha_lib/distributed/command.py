@@ -6,7 +6,9 @@ computed in one process, and rank 0 prints one ✓ line (or the group ends with 
     python -m mha_lib.distributed collectives --world-size 3
     python -m mha_lib.distributed ring --world-size 4 --tokens 37 --causal
     python -m mha_lib.distributed tp --world-size 3
+    python -m mha_lib.distributed smollm2 --world-size 3 --tokens 8
     torchrun --standalone --nproc-per-node 4 -m mha_lib.distributed ring --tokens 37 --causal
+    torchrun --standalone --nproc-per-node 3 -m mha_lib.distributed smollm2
 
 Without torchrun the command starts the processes itself (`launch.run`); under torchrun (which
 sets RANK and WORLD_SIZE) every process joins the group torchrun describes. --backend nccl runs
@@ -24,14 +26,15 @@ import torch.nn.functional as F
 
 from ..testing import assert_close
 from . import collectives
-from .decoder import TINY, RandomWeights, decoder_logits
 from .launch import init_from_env, run
 from .ring import gather_sequence, ring_attention_rank, split_sequence
-from .tensor_parallel import tensor_parallel_rank
+from .tensor_parallel import SMOLLM2_ATOL, one_process_rank, tensor_parallel_rank
+from .weights import TINY, GGUFWeights, RandomWeights
 
-__all__ = ["job", "main"]
+__all__ = ["PROMPT", "job", "main"]
 
-JOBS = ("collectives", "ring", "tp")
+JOBS = ("collectives", "ring", "tp", "smollm2")
+PROMPT = "The capital of France is"  # smollm2: the prompt continued greedily
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,7 +45,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--world-size", type=int, default=3, help="processes to start (not under torchrun)"
     )
-    p.add_argument("--tokens", type=int, default=37, help="ring: sequence length N")
+    p.add_argument(
+        "--tokens", type=int, default=None, help="ring: sequence length N (37); smollm2: "
+        "tokens to generate (8)"
+    )  # fmt: skip
+    p.add_argument("--prompt", default=PROMPT, help="smollm2: the text to continue")
     p.add_argument("--causal", action="store_true", help="ring: causal (zigzag layout)")
     p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))
     p.add_argument("--comm-timeout", type=float, default=60.0, help="seconds a collective waits")
@@ -54,9 +61,12 @@ def _ring_inputs(tokens: int) -> tuple:
     return tuple(torch.randn(2, 3, tokens, 16, generator=g) for _ in range(3))  # q, k, v
 
 
-def job(name: str, tokens: int = 37, causal: bool = False) -> str | None:
+def job(name: str, tokens: int | None = None, causal: bool = False, prompt: str = PROMPT):
     """Worker: run job `name` on this rank; rank 0 returns the ✓ line, the others None."""
     r, P = dist.get_rank(), dist.get_world_size()
+    if name == "smollm2":
+        return _smollm2(8 if tokens is None else tokens, prompt)
+    tokens = 37 if tokens is None else tokens
     if name == "collectives":
         out = [
             collectives.all_reduce_demo()["after"],
@@ -91,17 +101,43 @@ def job(name: str, tokens: int = 37, causal: bool = False) -> str | None:
     else:
         ids = torch.randint(0, TINY.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
         weights = RandomWeights(TINY, seed=0)
-        logits = tensor_parallel_rank(TINY, weights, ids)["logits"]
-        assert_close(logits, decoder_logits(TINY, weights, ids), atol=1e-4, rtol=1e-5)
-        line = f"✓ the random-weight decoder sharded over {P} ranks == the same in one process"
+        logits = tensor_parallel_rank(weights, ids)["logits"]
+        with torch.no_grad():
+            expected = weights.model()(ids)  # notebook 12's DecoderLM, in this process
+        assert_close(logits, expected, atol=1e-4, rtol=1e-5)
+        line = f"✓ the random-weight decoder sharded over {P} ranks == DecoderLM in one process"
     return line if r == 0 else None
+
+
+def _smollm2(tokens: int, prompt: str) -> str | None:
+    """SmolLM2-135M sharded over the group, continuing `prompt` greedily; then rank 0, alone
+    (its shard freed), runs the whole model in its process and compares."""
+    from ..llm.tokenizer import GGUFTokenizer
+
+    r, P = dist.get_rank(), dist.get_world_size()
+    weights = GGUFWeights()
+    tokenizer = GGUFTokenizer.from_gguf(weights.path) if r == 0 else None
+    box = [torch.tensor([tokenizer.encode(prompt)]) if r == 0 else None]
+    dist.broadcast_object_list(box, src=0)  # every rank the same ids (B = 1, N)
+    ids = box[0]
+    sharded = tensor_parallel_rank(weights, ids, new_tokens=tokens)
+    if r != 0:
+        return None
+    one = one_process_rank(weights, ids, new_tokens=tokens)
+    assert_close(sharded["logits"], one["logits"], rtol=0, atol=SMOLLM2_ATOL)
+    assert sharded["generated"].tolist() == one["generated"].tolist()
+    text = tokenizer.decode(sharded["generated"][0].tolist())
+    return (
+        f"✓ SmolLM2-135M sharded over {P} ranks == the model in one process (logits to "
+        f"{SMOLLM2_ATOL:g}, the same {tokens} greedy tokens): {prompt!r} -> {text!r}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # started by torchrun
         init_from_env(args.backend, args.comm_timeout)
-        line = job(args.job, args.tokens, args.causal)
+        line = job(args.job, args.tokens, args.causal, args.prompt)
         dist.barrier()  # every rank done before any leaves
         dist.destroy_process_group()
     else:
@@ -111,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             args.job,
             args.tokens,
             args.causal,
+            args.prompt,
             backend=args.backend,
             comm_timeout=args.comm_timeout,
         )[0]

@@ -18,6 +18,8 @@ What it holds:
 - `whoami()`: a worker returning its rank, the world size, the backend and its process id;
 - `fail_on_rank`, `hang_on_rank`: workers that fail on purpose, for §5;
 - `peak_rss()`: this process's peak resident memory (what `run` reports for each rank);
+- `tree_memory(pids)`: the memory of several processes together, PSS and RSS (Linux); `run`
+  samples it for the parent and its ranks while they run, and reports the peak;
 - `rank_device()`: where this rank computes (the CPU under gloo, its own GPU under NCCL);
 - `init_from_env()`: join the group that `torchrun` describes in the environment.
 
@@ -61,11 +63,16 @@ __all__ = [
     "peak_rss",
     "rank_device",
     "run",
+    "tree_memory",
     "whoami",
 ]
 
+# forkserver where the system has it (Linux, macOS): a server process imports torch once, and
+# each rank is a fork of it; spawn elsewhere (Windows): each rank a fresh interpreter
+START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
 HOST = "127.0.0.1"
 GRACE_S = 1.0  # after a first failure, how long the other ranks' reports are awaited
+SAMPLE_S = 0.2  # while the ranks run, the parent samples their memory and its own this often
 # what a rank reports when a peer failed first: the consequence, not the cause (gloo's words)
 _SECONDARY = re.compile(
     r"Timed out|Connection (reset|closed)|closed by peer|Broken pipe|Socket Timeout", re.I
@@ -78,11 +85,14 @@ class Ranks(list):
     """What each rank returned, in rank order, with how the run went.
 
     seconds: wall time of the whole run (starting the processes included);
-    peak_rss: each process's peak resident memory in bytes (Linux and macOS; None elsewhere).
+    peak_rss: each process's peak resident memory in bytes (Linux and macOS; None elsewhere);
+    together: the peak of the parent and every rank together, sampled every SAMPLE_S seconds
+    while they ran, {"pss": bytes, "rss": bytes} (Linux; None elsewhere): see `tree_memory`.
     """
 
     seconds: float = 0.0
     peak_rss: list[int | None]
+    together: dict[str, int] | None = None
 
 
 class GroupError(RuntimeError):
@@ -124,6 +134,28 @@ def peak_rss() -> int | None:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if sys.platform == "darwin" else None
 
 
+def tree_memory(pids: Sequence[int]) -> dict[str, int] | None:
+    """The memory of processes `pids` together, in bytes, from /proc/<pid>/smaps_rollup (Linux;
+    None elsewhere): "pss", the sum of their proportional set sizes (a page shared by k
+    processes counts 1/k in each: torch's libraries, mapped by every process, and the pages of a
+    file several processes read count once in the sum; what a container's memory limit counts),
+    and "rss", the sum of their resident sets (a shared page counted in every process: an upper
+    bound). A process that has ended counts 0."""
+    if not os.path.exists("/proc/self/smaps_rollup"):
+        return None
+    total = {"pss": 0, "rss": 0}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    key = line.split(":")[0]
+                    if key in ("Pss", "Rss"):
+                        total[key.lower()] += int(line.split()[1]) * 1024  # kB
+        except OSError:  # the process has ended
+            pass
+    return total
+
+
 def _rank_main(rank, world_size, port, backend, comm_timeout, threads, payload, conn) -> None:
     """The body of each spawned process: join the group, run fn, send back one report."""
     try:
@@ -153,6 +185,37 @@ def _rank_main(rank, world_size, port, backend, comm_timeout, threads, payload, 
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(1)  # no atexit handlers: a broken group must not hold this process
+
+
+def _stop_forkserver() -> None:
+    """End the fork server, which would otherwise live as long as this process and keep torch
+    in memory (multiprocessing starts it again for the next run). Its `_stop` is what Python's
+    own tests call; where it is missing, the server is left running."""
+    if START_METHOD != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    stop = getattr(forkserver._forkserver, "_stop", None)
+    if stop is not None:
+        stop()
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes started by pid, by the processes they started, and so on (Linux)."""
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                children = [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+        for child in children:
+            found += [child, *_descendants(child)]
+    return found
 
 
 def _check_fn(fn) -> None:
@@ -210,7 +273,9 @@ def run(
         for r in range(world_size)
     ]
 
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context(START_METHOD)
+    if START_METHOD == "forkserver":  # the server imports torch once; each rank is a copy
+        ctx.set_forkserver_preload(["mha_lib.distributed", fn.__module__])
     pg_timeout = timedelta(seconds=comm_timeout)
     start = time.perf_counter()
     store = dist.TCPStore(HOST, 0, world_size, is_master=True, wait_for_workers=False)
@@ -236,7 +301,7 @@ def run(
             writer.close()  # the child holds its own end
             procs.append(p)
             readers.append(reader)
-        reports = _collect(procs, readers, start + timeout)
+        reports, together = _collect(procs, readers, start + timeout)
     finally:
         for p in procs:  # whatever happened: nothing outlives the call
             if p.is_alive():
@@ -249,15 +314,18 @@ def run(
         for reader in readers:
             reader.close()
         del store
+        _stop_forkserver()
     _raise_if_failed(reports, world_size, timeout, comm_timeout)
     results = Ranks(r[1] for r in reports)
     results.seconds = time.perf_counter() - start
     results.peak_rss = [r[2] for r in reports]
+    results.together = together
     return results
 
 
-def _collect(procs, readers, deadline: float) -> list:
-    """One report per rank: ("ok", value, rss), ("error", line, tb, rss), or what became of it.
+def _collect(procs, readers, deadline: float) -> tuple[list, dict[str, int] | None]:
+    """One report per rank: ("ok", value, rss), ("error", line, tb, rss), or what became of it;
+    and the peak memory of this process and the ranks together (`tree_memory`).
 
     Returns when every rank has reported or exited, when the deadline passes, or GRACE_S after
     the first failure; ranks with no report then are marked ("running",) or ("exited", code).
@@ -265,6 +333,7 @@ def _collect(procs, readers, deadline: float) -> list:
     world_size = len(procs)
     reports: list = [None] * world_size
     first_failure = None
+    peak = tree_memory([os.getpid(), *_descendants(os.getpid())])
     while any(r is None for r in reports):
         now = time.perf_counter()
         end = deadline if first_failure is None else min(deadline, first_failure + GRACE_S)
@@ -272,8 +341,12 @@ def _collect(procs, readers, deadline: float) -> list:
             break
         waiting = [i for i in range(world_size) if reports[i] is None]
         ready = wait(
-            [readers[i] for i in waiting] + [procs[i].sentinel for i in waiting], end - now
+            [readers[i] for i in waiting] + [procs[i].sentinel for i in waiting],
+            min(end - now, SAMPLE_S),
         )
+        if peak is not None:  # this process, the ranks, the fork server: all its descendants
+            sample = tree_memory([os.getpid(), *_descendants(os.getpid())])
+            peak = {k: max(peak[k], sample[k]) for k in peak}
         for i in waiting:
             if readers[i] in ready or procs[i].sentinel in ready:
                 reports[i] = _read_report(readers[i], procs[i])
@@ -282,7 +355,7 @@ def _collect(procs, readers, deadline: float) -> list:
     for i, p in enumerate(procs):
         if reports[i] is None:
             reports[i] = ("running",) if p.is_alive() else ("exited", p.exitcode)
-    return reports
+    return reports, peak
 
 
 def _read_report(reader, proc):

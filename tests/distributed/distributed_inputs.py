@@ -7,10 +7,11 @@ single-process references from the same inputs.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from mha_lib.distributed import collectives, command, launch
-from mha_lib.distributed.decoder import TINY, DecoderConfig, RandomWeights
 from mha_lib.distributed.ring import (
     gathered_attention_rank,
     rank_calls,
@@ -19,10 +20,17 @@ from mha_lib.distributed.ring import (
     split_sequence,
 )
 from mha_lib.distributed.tensor_parallel import tensor_parallel_rank
+from mha_lib.distributed.weights import TINY, GGUFWeights, RandomWeights
+from mha_lib.llm.decoder import DecoderConfig
 
 WORLD_SIZES = (1, 2, 3, 4)
-# the same kind of model with 4 key/value heads, for world sizes 2 and 4 (TINY has 3)
-TINY_KV4 = DecoderConfig(96, 48, 2, 8, 4, 6, 96)
+# the same kind of model with 4 key/value heads of 6, for world sizes 2 and 4 (TINY has 3)
+TINY_KV4 = replace(TINY, num_heads=8, num_kv_heads=4, head_dim=6)
+# SmolLM2 runs on these world sizes (its 3 key/value heads), on these tokens: GGUFTokenizer's
+# encoding of "Tensor parallelism splits every layer of a model over several devices:"
+SMOLLM2_WORLD_SIZES = (1, 3)
+SMOLLM2_IDS = [15944, 48357, 30855, 897, 4070, 282, 253, 1743, 690, 1545, 3381, 42]
+SMOLLM2_NEW_TOKENS = 4
 
 
 def ring_cases(P: int) -> dict[str, tuple]:
@@ -59,17 +67,22 @@ def tp_config(P: int) -> DecoderConfig:
     return TINY if 3 % P == 0 else TINY_KV4
 
 
-def tp_ids() -> torch.Tensor:
-    return torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
-
-
 def tp_cases(P: int) -> dict[str, tuple]:
-    """name: (config, weights, counted)."""
+    """name: (weights, counted, new_tokens)."""
     config = tp_config(P)
-    return {
-        "tp_float64": (config, RandomWeights(config, seed=3, dtype=torch.float64), False),
-        "tp_counted": (config, RandomWeights(config, seed=3), True),
+    cases = {
+        "tp_float64": (RandomWeights(config, seed=3, dtype=torch.float64), False, 0),
+        "tp_counted": (RandomWeights(config, seed=3), True, 3),
     }
+    if P in SMOLLM2_WORLD_SIZES:  # the real model: no rank holds it whole (P = 3)
+        cases["smollm2"] = (GGUFWeights(), True, SMOLLM2_NEW_TOKENS)
+    return cases
+
+
+def tp_ids(weights) -> torch.Tensor:
+    if isinstance(weights, GGUFWeights):
+        return torch.tensor([SMOLLM2_IDS])  # (1, 12)
+    return torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(1))
 
 
 COLLECTIVES = {
@@ -96,8 +109,8 @@ def _calls(P: int, rank: int) -> dict[str, tuple]:
         is_causal, layout = ring_cases(P)[of][6:8]
         grad_calls = rank_calls(q, k, v, P, is_causal, layout, ring_attention_grad_rank, do)
         calls[name] = grad_calls[rank]
-    for name, (config, weights, counted) in tp_cases(P).items():
-        calls[name] = (tensor_parallel_rank, (config, weights, tp_ids(), counted))
+    for name, (weights, counted, new_tokens) in tp_cases(P).items():
+        calls[name] = (tensor_parallel_rank, (weights, tp_ids(weights), counted, new_tokens))
     calls["job_ring"] = (command.job, ("ring", 2 * P + 1, True))
     calls["job_collectives"] = (command.job, ("collectives",))
     if 3 % P == 0:
@@ -112,6 +125,7 @@ class Groups:
         self.results: dict[int, dict[str, list]] = {}
         self.seconds: dict[int, float] = {}
         self.peak_rss: dict[int, list] = {}
+        self.together: dict[int, dict | None] = {}
 
     def __getitem__(self, P: int) -> dict[str, list]:
         if P not in self.results:
@@ -121,4 +135,5 @@ class Groups:
             self.results[P] = {name: [out[r][i] for r in range(P)] for i, name in enumerate(names)}
             self.seconds[P] = out.seconds
             self.peak_rss[P] = out.peak_rss
+            self.together[P] = out.together
         return self.results[P]

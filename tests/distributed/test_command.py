@@ -29,7 +29,7 @@ def test_main_spawns_its_processes(capsys):
     assert main(["tp", "--world-size", "1"]) == 0
     assert (
         capsys.readouterr().out
-        == "✓ the random-weight decoder sharded over 1 ranks == the same in one process\n"
+        == "✓ the random-weight decoder sharded over 1 ranks == DecoderLM in one process\n"
     )
 
 

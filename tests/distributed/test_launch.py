@@ -10,14 +10,18 @@ import pytest
 import torch
 
 from mha_lib.distributed import launch
-from mha_lib.distributed.decoder import TINY, RandomWeights
 from mha_lib.distributed.launch import GroupError, fail_on_rank, hang_on_rank, run
 from mha_lib.distributed.tensor_parallel import tensor_parallel_rank
+from mha_lib.distributed.weights import TINY, RandomWeights
 from tests.distributed.distributed_inputs import WORLD_SIZES
 
 
 def no_child_left():
-    return multiprocessing.active_children() == []
+    """No rank alive, and no fork server either (it would hold torch in memory)."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver._forkserver_pid
+    return multiprocessing.active_children() == [] and server is None
 
 
 @pytest.mark.parametrize("P", WORLD_SIZES)
@@ -29,11 +33,26 @@ def test_every_rank_knows_its_place(groups, P):
     assert no_child_left()
 
 
-def test_run_returns_each_processs_peak_memory(groups):
+def test_run_returns_each_processs_peak_memory_and_all_together(groups):
     groups[2]
     assert len(groups.peak_rss[2]) == 2 and groups.seconds[2] > 0
     if os.name == "posix":  # a process that imported torch holds tens of MB at least
         assert all(rss > 50e6 for rss in groups.peak_rss[2])
+    if os.path.exists("/proc/self/smaps_rollup"):  # sampled: this process, the ranks, the server
+        together = groups.together[2]
+        assert together["rss"] > together["pss"] > 2 * 50e6
+        assert together["rss"] > launch.peak_rss() / 2 + sum(groups.peak_rss[2]) / 2
+    assert no_child_left()
+
+
+def test_tree_memory_sums_processes_and_skips_ended_ones():
+    """RSS counts a shared page in every process that maps it, PSS splits it between them, so
+    RSS >= PSS; a process that no longer exists counts 0."""
+    memory = launch.tree_memory([os.getpid()])
+    if memory is None:
+        pytest.skip("no /proc/<pid>/smaps_rollup here")
+    assert memory["rss"] >= memory["pss"] > 10e6
+    assert launch.tree_memory([os.getpid(), 2**22 + 12345]) == pytest.approx(memory, rel=0.05)
 
 
 def test_a_rank_that_raises_ends_the_group_and_is_named():
@@ -53,7 +72,7 @@ def test_a_shape_that_does_not_divide_ends_the_group():
     """Every rank finds it (the heads of TINY do not split over 2 ranks); the lowest is named."""
     ids = torch.zeros(1, 3, dtype=torch.long)
     with pytest.raises(GroupError) as info:
-        run(tensor_parallel_rank, 2, TINY, RandomWeights(TINY), ids, timeout=120)
+        run(tensor_parallel_rank, 2, RandomWeights(TINY), ids, timeout=120)
     err = info.value
     assert (err.rank, err.kind) == (0, "raised")
     assert "world_size = 2 does not divide num_kv_heads = 3" in err.cause
