@@ -29,8 +29,8 @@ A module per idea:
   torchrun.
 
 Imports torch, so it is imported explicitly (`from mha_lib.distributed import ...`); the core
-never imports it. Workers, the functions that run on every rank, are module functions: spawned
-processes import them by name.
+never imports it. Workers, the functions that run on every rank, are module functions: the ranks
+import them by module and name.
 """
 
 from .launch import GroupError, Ranks, run

@@ -7,14 +7,18 @@ Binder and in CI; with backend="nccl" each rank takes the GPU of its number inst
 
 What it holds:
 - `run(fn, world_size, *args, per_rank=None, ...)`: start world_size processes with
-  `torch.multiprocessing` (spawn), join them in one group, call fn(*args, *per_rank[rank]) on
-  every rank and return what each rank returned, as a `Ranks` list (with each process's peak
-  memory and the run's wall time). fn must live in a module: spawn starts fresh interpreters,
-  which import fn by its module and name (a function defined in a notebook cannot be found);
+  `torch.multiprocessing`, join them in one group, call fn(*args, *per_rank[rank]) on every
+  rank and return what each rank returned, as a `Ranks` list (with each process's peak memory,
+  the peak of all the processes together and the run's wall time). The processes are not
+  copies of the caller (a notebook's kernel): with the *forkserver* method (Linux, macOS) a
+  server process, a fresh interpreter, imports torch once and each rank is a fork of it, so a
+  group pays for one import of torch, not one per rank, and the ranks share its memory until
+  they write to it; with *spawn* (Windows) each rank is a fresh interpreter. Either way fn is
+  imported by its module and name (a function defined in a notebook cannot be found);
 - `GroupError`: what `run` raises when a rank raises, exits or hangs; it names the rank and the
   cause, and is raised only after every process has been joined or killed;
 - `in_turn(calls)`: a worker that runs several workers one after the other in one group (every
-  group costs a second or more to start: each process imports torch);
+  group costs a second or more to start: its processes import torch);
 - `whoami()`: a worker returning its rank, the world size, the backend and its process id;
 - `fail_on_rank`, `hang_on_rank`: workers that fail on purpose, for §5;
 - `peak_rss()`: this process's peak resident memory (what `run` reports for each rank);
@@ -117,7 +121,8 @@ class GroupError(RuntimeError):
 def peak_rss() -> int | None:
     """This process's peak resident set size in bytes, or None where the system does not say.
 
-    Linux: VmHWM from /proc/self/status, the peak of this program's memory. (getrusage's
+    Linux: VmHWM from /proc/self/status, the peak of this program's memory (for a fork, from
+    the moment it was forked, the pages it shares with its parent included). (getrusage's
     ru_maxrss would be wrong here: it keeps the peak of the process before it called exec, and a
     spawned process starts as a copy of its parent, a whole Jupyter kernel.) macOS: ru_maxrss.
     """
@@ -157,7 +162,7 @@ def tree_memory(pids: Sequence[int]) -> dict[str, int] | None:
 
 
 def _rank_main(rank, world_size, port, backend, comm_timeout, threads, payload, conn) -> None:
-    """The body of each spawned process: join the group, run fn, send back one report."""
+    """The body of each rank's process: join the group, run fn, send back one report."""
     try:
         torch.set_num_threads(threads)
         fn, args = pickle.loads(payload)
@@ -225,7 +230,7 @@ def _check_fn(fn) -> None:
     if module in (None, "__main__") or "<" in name:
         raise TypeError(
             f"fn = {getattr(fn, '__name__', fn)!r} is defined in {module or 'no module'}"
-            f"{' (a lambda or a nested function)' if '<' in name else ''}; spawned processes "
+            f"{' (a lambda or a nested function)' if '<' in name else ''}; the ranks' processes "
             "import fn by its module and name, so it must be a function of a module "
             "(a .py file), such as the workers of mha_lib.distributed"
         )
@@ -243,7 +248,7 @@ def run(
 ) -> Ranks:
     """Run fn(*args, *per_rank[rank]) on world_size new processes; return each rank's result.
 
-    fn: a function of a module (spawn imports it), called once on every rank, inside an
+    fn: a function of a module (each rank imports it), called once on every rank, inside an
     initialised process group (`torch.distributed.get_rank()` tells it which rank it is).
     per_rank: None, or one tuple of extra arguments for each rank, sent to that rank only.
     timeout: seconds for the whole run; a rank still running then is killed. comm_timeout:

@@ -108,10 +108,11 @@ class RandomWeights:
 class GGUFWeights:
     """A weight source over a GGUF file of a Llama-style model (default: SmolLM2-135M's).
 
-    Pickled, it carries its path only; each process opens the file itself, once, with
-    `GGUFFile(path, skip_arrays=True)`, and every call reads just the rows and columns asked
-    for (`GGUFFile.read`: only the blocks holding them are dequantized). Columns of a quantised
-    matrix must start and stop on its 32-weight blocks.
+    Pickled, it carries its path, and the config and names it read there, no weight; each
+    process opens the file itself, once, with `GGUFFile(path, skip_arrays=True)`, and every
+    call reads just the rows and columns asked for (`GGUFFile.read`: only the blocks holding
+    them are dequantized). Columns of a quantised matrix must start and stop on its 32-weight
+    blocks; rows of W_Q and W_K must be whole heads.
     """
 
     def __init__(self, path: str | Path | None = None):
@@ -150,18 +151,18 @@ class GGUFWeights:
         start, stop = (0, n[0]) if rows is None else rows
         if not 0 <= start < stop <= n[0]:
             raise ValueError(f"rows = {rows} of {name}; expected 0 <= start < stop <= {n[0]}")
+        rope_rows, d = theirs.endswith(("attn_q.weight", "attn_k.weight")), self.config.head_dim
+        if rope_rows and (start % d or stop % d):
+            raise ValueError(f"rows = {rows} of {name}: expected whole heads of {d} rows")
         step, out = max(1, CHUNK_WEIGHTS // n[1]), None
         for r0 in range(start, stop, step):  # a few MB at a time, as load_decoder: a low peak
             part = self.file.read(theirs, rows=(r0, min(stop, r0 + step)), cols=cols)
             if out is None:
                 out = torch.empty(stop - start, part.shape[1])  # (rows, cols) asked for
             out[r0 - start : r0 - start + part.shape[0]] = part
-        if theirs.endswith(("attn_q.weight", "attn_k.weight")):
+        if rope_rows:
             # the file keeps each head's rows in RoPE's adjacent pairs (llama.cpp's layout):
             # back to the half-split pairs of transformers and of notebook 12's load_decoder
-            d = self.config.head_dim
-            if start % d or stop % d:
-                raise ValueError(f"rows = {rows} of {name}: expected whole heads of {d} rows")
             unpermute = torch.argsort(rope_permutation(d))
             out = out.view(-1, d, out.shape[1])[:, unpermute].reshape(out.shape)
         return out

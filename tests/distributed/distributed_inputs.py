@@ -115,6 +115,8 @@ def _calls(P: int, rank: int) -> dict[str, tuple]:
     calls["job_collectives"] = (command.job, ("collectives",))
     if 3 % P == 0:
         calls["job_tp"] = (command.job, ("tp",))
+    if P == 3:  # the command's SmolLM2 job, compared with the one-process model on rank 0
+        calls["job_smollm2"] = (command.job, ("smollm2", 2))
     return calls
 
 

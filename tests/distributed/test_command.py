@@ -1,5 +1,6 @@
-"""mha_lib.distributed.command: the jobs pass on 1 to 4 processes; `python -m mha_lib.distributed`
-starts its own processes, and under torchrun joins the group torchrun starts."""
+"""mha_lib.distributed.command: the jobs pass on 1 to 4 processes (SmolLM2's on 3, against the model
+in one process); `python -m mha_lib.distributed` starts its own processes, and under torchrun
+joins the group torchrun starts."""
 
 import os
 import shutil
@@ -23,6 +24,15 @@ def test_jobs_print_their_check_on_rank_0_only(groups, P):
         lines = groups[P][job]
         assert lines[0].startswith("✓ ") and f" {P} ranks" in lines[0]
         assert lines[1:] == [None] * (P - 1)
+
+
+def test_the_smollm2_job_continues_the_prompt_like_the_one_process_model(groups):
+    lines = groups[3]["job_smollm2"]
+    assert lines[1:] == [None, None]
+    assert lines[0] == (
+        "✓ SmolLM2-135M sharded over 3 ranks == the model in one process (logits to 0.0005, "
+        "the same 2 greedy tokens): 'The capital of France is' -> ' Paris.'"
+    )
 
 
 def test_main_spawns_its_processes(capsys):
