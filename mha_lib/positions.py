@@ -40,6 +40,7 @@ def rope(
     *,
     scale: float = 1.0,
     angle_dtype: torch.dtype | None = None,
+    frequencies: Tensor | None = None,
 ) -> Tensor:
     """Rotary position embedding: rotate each pair of x's last dimension by position · ω_i.
 
@@ -60,12 +61,21 @@ def rope(
     1e-16 · p radians), where float32 angles, as transformers computes them, are off by about
     1e-2 there. Pass torch.float32 to compute as transformers does. Returns a new tensor of x's
     dtype; x is not modified.
+
+    frequencies: (d/2,) ω_i to use instead of base^(-2i/d) (base is then ignored): a stretched
+    RoPE such as YaRN's (notebook 11's DeepSeek-V3, `mha_lib.efficient.mla.yarn`).
     """
     _check_rope(x, positions, scale, angle_dtype)
     d = x.shape[-1]
     if angle_dtype is None:
         angle_dtype = x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
-    omega = rope_frequencies(d, base, dtype=angle_dtype).to(x.device)  # (d/2,)
+    if frequencies is None:
+        omega = rope_frequencies(d, base, dtype=angle_dtype).to(x.device)  # (d/2,)
+    elif not isinstance(frequencies, Tensor) or frequencies.shape != (d // 2,):
+        got = tuple(frequencies.shape) if isinstance(frequencies, Tensor) else type(frequencies)
+        raise ValueError(f"frequencies has shape {got}; expected (d/2,) = ({d // 2},)")
+    else:
+        omega = frequencies.to(device=x.device, dtype=angle_dtype)  # (d/2,)
     p = positions.to(device=x.device, dtype=angle_dtype)  # (N,) or (B, N)
     if scale != 1:
         p = p * scale

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.notebook_source import NOTEBOOKS, code_cells, dotted
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -51,13 +53,8 @@ def test_the_learners_install_holds_no_test_package():
 def test_no_notebook_imports_a_development_package():
     dev_modules = {"pytest", "nbval", "hypothesis", "ruff", "repo2docker", "playwright"}
     dev_modules |= {"transformers", "accelerate"}
-    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
-        for index, cell in enumerate(json.loads(path.read_text())["cells"]):
-            if cell["cell_type"] != "code":
-                continue
-            source = "\n".join(
-                l for l in "".join(cell["source"]).splitlines() if not l.lstrip().startswith("%")
-            )
+    for path in NOTEBOOKS:
+        for index, source in code_cells(path):
             for node in ast.walk(ast.parse(source)):
                 names = []
                 if isinstance(node, ast.Import):
@@ -65,9 +62,8 @@ def test_no_notebook_imports_a_development_package():
                 elif isinstance(node, ast.ImportFrom) and node.module:
                     names = [node.module]
                 for name in names:
-                    assert name.split(".")[0] not in dev_modules, (
-                        f"{path.name} cell {index}: {name}"
-                    )
+                    top = name.split(".")[0]
+                    assert top not in dev_modules, f"{path.name} cell {index} imports {name}"
 
 
 def test_binder_takes_the_cpu_build_of_torch():
@@ -126,7 +122,6 @@ def test_triton_is_pinned_for_linux_x86_64_only_in_both_files():
 def test_closing_a_notebook_shuts_its_kernel_down():
     """binder/overrides.json sets JupyterLab's own setting, by the name its schema defines,
     and postBuild installs it where JupyterLab reads overrides."""
-    import json
 
     overrides = json.loads((ROOT / "binder" / "overrides.json").read_text())
     assert overrides["@jupyterlab/notebook-extension:tracker"] == {"kernelShutdown": True}
@@ -144,7 +139,6 @@ def test_jupyterlab_does_not_ask_each_learner_about_news():
     """On Binder every launch is a first launch, so JupyterLab would ask every learner whether
     to fetch Jupyter news (and reach for a website). overrides.json answers "Never", by the names
     and values the notification schema defines, and nothing else is overridden."""
-    import json
 
     overrides = json.loads((ROOT / "binder" / "overrides.json").read_text())
     assert set(overrides) == {
@@ -165,7 +159,6 @@ def test_jupyterlab_does_not_ask_each_learner_about_news():
 def test_the_server_culls_idle_kernels():
     """binder/jupyter_server_config.json parses, is read by jupyter_server's own loader, and
     culls kernels idle for the documented 15 minutes; postBuild installs it."""
-    import json
 
     from jupyter_server.services.kernels.kernelmanager import MappingKernelManager
     from traitlets.config import Config
@@ -191,18 +184,6 @@ COMPILER_STACK = {
 }
 
 
-def _dotted(node) -> str:
-    """'a.b.c' for an attribute chain a.b.c, else ''."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
-
-
 def _compiler_stack_uses(source: str) -> list[str]:
     """The COMPILER_STACK entries a cell imports or calls (read with ast: comments and strings
     do not count)."""
@@ -214,7 +195,7 @@ def _compiler_stack_uses(source: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Call):
-            names = [called := _dotted(node.func)]
+            names = [called := dotted(node.func)]
         for name in names:
             found += [key for key in COMPILER_STACK if name == key or name.startswith(key + ".")]
         # importing the flex_attention module is free; calling these two is not
@@ -232,13 +213,8 @@ def test_the_checker_finds_what_loads_the_compiler_stack():
     assert _compiler_stack_uses("from torch.nn.attention import flex_attention as flex") == []
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebooks_leave_torchs_compiler_stack_unloaded(path):
-    nb = json.loads(path.read_text())
-    for index, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] != "code":
-            continue
-        source = "".join(cell["source"])
-        source = "\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!")))
+    for index, source in code_cells(path):
         uses = _compiler_stack_uses(source)
         assert not uses, f"{path.name} cell {index}: " + "; ".join(COMPILER_STACK[u] for u in uses)

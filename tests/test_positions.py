@@ -202,8 +202,34 @@ def test_t5_buckets_match_transformers():
             ValueError,
             "angle_dtype",
         ),
+        (
+            torch.randn(4, 8),
+            torch.arange(4),
+            {"frequencies": torch.ones(8)},
+            ValueError,
+            "expected (d/2,) = (4,)",
+        ),
     ],
 )
 def test_bad_inputs_are_named(x, positions, kwargs, error, words):
     with pytest.raises(error, match=words.replace("(", r"\(").replace(")", r"\)")):
         rope(x, positions, **kwargs)
+
+
+def test_given_frequencies_replace_the_base():
+    """rope(..., frequencies=ω) turns pair i by p·ω_i: base^(-2i/d) gives the default rotation,
+    and any other ω (a stretched RoPE such as YaRN's) turns each pair by its own."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 5, 8, dtype=torch.float64, generator=g)
+    pos = torch.tensor([0, 3, 9, 40, 41])
+    for interleaved in (False, True):
+        default = rope(x, pos, 500.0, interleaved)
+        given = rope(x, pos, interleaved=interleaved, frequencies=rope_frequencies(8, 500.0))
+        assert_close(given, default, rtol=0, atol=0)
+    omega = torch.tensor([1.0, 0.3, 0.01, 0.002], dtype=torch.float64)
+    x1, x2 = x[..., :4], x[..., 4:]
+    angle = pos[:, None] * omega  # (N, d/2)
+    expected = torch.cat(
+        [x1 * angle.cos() - x2 * angle.sin(), x2 * angle.cos() + x1 * angle.sin()], -1
+    )
+    assert_close(rope(x, pos, frequencies=omega), expected)

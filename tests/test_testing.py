@@ -2,7 +2,6 @@
 what importing it costs a kernel."""
 
 import ast
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 from mha_lib.testing import assert_close
+from tests.notebook_source import NOTEBOOKS, SOLUTIONS, code_cells, dotted
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -186,37 +186,26 @@ SILENT_IN_ASSERT = {
 }
 
 
-def _dotted(node) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return ""
-
-
 def other_equality_checks(source: str) -> list[str]:
     """The equality checks in `source` other than mha_lib.testing.assert_close (read with ast:
     comments and strings do not count; `assert not torch.allclose(...)`, a claim that two
     things differ, is allowed)."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and _dotted(node.func) in OTHER_CHECKS:
-            found.append(_dotted(node.func))
+        if isinstance(node, ast.Call) and dotted(node.func) in OTHER_CHECKS:
+            found.append(dotted(node.func))
         elif isinstance(node, ast.Assert):
             terms = node.test.values if isinstance(node.test, ast.BoolOp) else [node.test]
             for term in terms:
-                if isinstance(term, ast.Call) and _dotted(term.func) in SILENT_IN_ASSERT:
-                    found.append(f"assert {_dotted(term.func)}(...)")
-                elif isinstance(term, ast.Call) and _dotted(term.func) in ("all", "any"):
+                if isinstance(term, ast.Call) and dotted(term.func) in SILENT_IN_ASSERT:
+                    found.append(f"assert {dotted(term.func)}(...)")
+                elif isinstance(term, ast.Call) and dotted(term.func) in ("all", "any"):
                     inner = term.args[0] if term.args else None
                     if isinstance(inner, ast.GeneratorExp | ast.ListComp) and isinstance(
                         inner.elt, ast.Call
                     ):
-                        if _dotted(inner.elt.func) in SILENT_IN_ASSERT:
-                            found.append(f"assert {_dotted(term.func)}({_dotted(inner.elt.func)}")
+                        if dotted(inner.elt.func) in SILENT_IN_ASSERT:
+                            found.append(f"assert {dotted(term.func)}({dotted(inner.elt.func)}")
     return found
 
 
@@ -244,18 +233,9 @@ def test_the_finder_flags_the_other_forms_and_only_those():
         assert other_equality_checks(code) == [], code
 
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-NOTEBOOKS += sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
 def test_every_notebook_checks_equality_one_way(path):
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    for index, cell in enumerate(nb["cells"]):
-        if cell["cell_type"] != "code":
-            continue
-        source = "".join(cell["source"])
-        source = "\n".join(l for l in source.splitlines() if not l.lstrip().startswith(("%", "!")))
+    for index, source in code_cells(path):
         others = other_equality_checks(source)
         assert not others, (
             f"{path.parent.name}/{path.name} cell {index} checks equality with "

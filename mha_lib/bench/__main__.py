@@ -13,7 +13,7 @@ BENCHMARKS = {
     "numpy": ("numpy_mha", "numpy multi-head attention: vectorised vs per-head loop"),
     "torch": ("torch_mha", "the PyTorch module vs nn.MultiheadAttention (speed and memory)"),
     "efficient": ("efficient", "KV cache, GQA cache memory, plain-torch FlashAttention vs SDPA"),
-    "mla": ("mla", "notebook 11's latent attention: one decoding step, plain vs absorbed"),
+    "mla": ("mla", "notebook 11's latent attention: a decoding step rebuilt, expanded, absorbed"),
     "triton": ("triton", "notebook 09's Triton FlashAttention vs SDPA's flash backend (GPU)"),
     "rope": ("rope", "notebook 10's rope vs transformers' apply_rotary_pos_emb (ratio)"),
     "llm": ("llm", "notebook 12's decoder vs transformers: loading, prefill, decoding (CPU)"),

@@ -9,7 +9,8 @@ naive softmax(q kᵀ / √d) v), in float16 and bfloat16, d = 64 and 128, N from
 token), labelled with the device's name. Each figure is the median over rounds in
 which the variants are timed one after the other (interleaved), each round a
 `triton.testing.do_bench` median. FLOPs counted: 4·B·h·N²·d for the forward (two
-matrix products), 2.5 times that for the backward (five).
+matrix products), 2.5 times that for the backward (five: FlashAttention-2's count, for
+every variant; the library's split backward does seven, `triton_flash.backward_cost`).
 
 Without a GPU (or with MHA_LIB_DEVICE=cpu) the kernels run in Triton's interpreter,
 which executes each program instance with numpy on the CPU: it measures nothing about

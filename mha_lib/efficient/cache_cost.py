@@ -11,7 +11,10 @@ min(N, W + S)·(per token) for a windowed one, times the bytes per number (2 for
 bfloat16 these models are served in) and the batch.
 
 `MODELS` holds the published configurations the notebook uses, each written once with its
-source (the model's config.json, read by hand; nothing is downloaded).
+source (the model's config.json, read by hand; nothing is downloaded), and each model's
+native context: the longest sequence it was built for (`max_position_embeddings` in its
+config.json, or the model card's sequence length where the config has none). A cache bill
+beyond it prices a sequence the model does not serve as published (`beyond_native`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from dataclasses import dataclass
 
 from .._checks import check_int
 
-__all__ = ["MODELS", "CacheConfig", "cache_bytes", "cache_numbers_per_token"]
+__all__ = ["MODELS", "CacheConfig", "beyond_native", "cache_bytes", "cache_numbers_per_token"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,9 @@ class CacheConfig:
     """What decides a model's cache. kind: 'kv' (MHA, GQA, MQA by num_kv_heads) or 'mla'.
 
     window: the sliding window of the windowed layers (None: every layer global);
-    window_layers: how many of the layers are windowed (default all, when window is set).
+    window_layers: how many of the layers are windowed (default all, when window is set);
+    native_context: the longest context the published model was built for (None: unknown),
+    its source in `source`.
     """
 
     name: str
@@ -43,6 +48,7 @@ class CacheConfig:
     window: int | None = None
     window_layers: int | None = None
     bytes_per_number: int = 2
+    native_context: int | None = None
 
     @property
     def attention(self) -> str:
@@ -76,34 +82,49 @@ def cache_bytes(cfg: CacheConfig, context: int, batch: int = 1, num_sinks: int =
     return B * per_token * (windowed * kept + (cfg.layers - windowed) * N)
 
 
+def beyond_native(cfg: CacheConfig, context: int) -> bool:
+    """True when `context` tokens exceed the model's native context (False when unknown)."""
+    return cfg.native_context is not None and context > cfg.native_context
+
+
 MODELS: dict[str, CacheConfig] = {
     c.name: c
     for c in (
         CacheConfig(
-            "Llama-2-7B", "Llama-2-7b-hf config.json (Touvron et al. 2023)", 32,
-            num_heads=32, num_kv_heads=32, head_dim=128,
+            "Llama-2-7B",
+            "Llama-2-7b-hf config.json (max_position_embeddings 4096; Touvron et al. 2023)",
+            32, num_heads=32, num_kv_heads=32, head_dim=128, native_context=4096,
         ),
         CacheConfig(
-            "Falcon-7B", "falcon-7b config.json (multi_query: true)", 32,
-            num_heads=71, num_kv_heads=1, head_dim=64,
+            "Falcon-7B",
+            "falcon-7b config.json (multi_query: true); context: the model card's sequence "
+            "length 2048",
+            32, num_heads=71, num_kv_heads=1, head_dim=64, native_context=2048,
         ),
         CacheConfig(
-            "Llama-3-8B", "Meta-Llama-3-8B config.json (Dubey et al. 2024)", 32,
-            num_heads=32, num_kv_heads=8, head_dim=128,
+            "Llama-3-8B",
+            "Meta-Llama-3-8B config.json (max_position_embeddings 8192; Dubey et al. 2024)",
+            32, num_heads=32, num_kv_heads=8, head_dim=128, native_context=8192,
         ),
         CacheConfig(
-            "Mistral-7B", "Mistral-7B-v0.1 config.json (sliding_window 4096; Jiang et al. 2023)",
-            32, num_heads=32, num_kv_heads=8, head_dim=128, window=4096,
+            "Mistral-7B",
+            "Mistral-7B-v0.1 config.json (sliding_window 4096, max_position_embeddings 32768; "
+            "Jiang et al. 2023)",
+            32, num_heads=32, num_kv_heads=8, head_dim=128, window=4096, native_context=32_768,
         ),
         CacheConfig(
             "Gemma-2-9B",
-            "gemma-2-9b config.json (sliding_window 4096 on every other layer; Gemma Team 2024)",
+            "gemma-2-9b config.json (sliding_window 4096 on every other layer, "
+            "max_position_embeddings 8192; Gemma Team 2024)",
             42, num_heads=16, num_kv_heads=8, head_dim=256, window=4096, window_layers=21,
+            native_context=8192,
         ),
         CacheConfig(
             "DeepSeek-V3",
-            "DeepSeek-V3 config.json (kv_lora_rank 512, qk_rope_head_dim 64; DeepSeek-AI 2024)",
+            "DeepSeek-V3 config.json (kv_lora_rank 512, qk_rope_head_dim 64, "
+            "max_position_embeddings 163840 with YaRN from 4096; DeepSeek-AI 2024)",
             61, kind="mla", num_heads=128, kv_lora_rank=512, qk_rope_head_dim=64,
+            native_context=163_840,
         ),
     )
 }  # fmt: skip

@@ -28,13 +28,23 @@ dimensions alike, so every score, and so every output, is the same.
 The rotation itself is notebook 10's `mha_lib.positions.rope`, with float32 angles as in
 transformers.
 
+DeepSeek-V3's published configuration stretches its RoPE with YaRN (Peng et al. 2023): from a
+pre-training context of 4096 tokens by a factor of 40. `yarn` computes what that changes, as
+transformers does: per-pair frequencies (pairs that turn many times within the original
+context keep theirs, slow ones are interpolated by the factor, a linear ramp between), a
+factor on the rotated parts (1 for DeepSeek-V3), and a factor mscale² on the softmax scale
+((0.1 · ln 40 + 1)² ≈ 1.87 for DeepSeek-V3). `rope_scaling=` (and `from_hf`) applies them.
+
 What it holds:
 - `MLACache`: per token only c and k_R; `len(cache)`, `cache.nbytes`;
 - `MultiHeadLatentAttention`: the layer, `from_hf`, `forward(..., absorb=False)`;
+- `yarn(...)`: YaRN's frequencies and factors from a `rope_scaling` dictionary;
 - `decode_step_cost(...)`: FLOPs and bytes of one decoding step, plain or absorbed.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -43,9 +53,82 @@ from torch import Tensor, nn
 from .._checks import check_int
 from ..positions import rope
 
-__all__ = ["MLACache", "MultiHeadLatentAttention", "decode_step_cost"]
+__all__ = ["MLACache", "MultiHeadLatentAttention", "decode_step_cost", "yarn", "yarn_mscale"]
 
 NORM_EPS = 1e-6  # transformers' DeepseekV3RMSNorm default, used for both latents
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude factor for a context stretched `factor` times: 0.1 · mscale · ln(factor)
+    + 1 (1 when factor <= 1)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+YARN_KEYS = (
+    "rope_type",
+    "type",
+    "rope_theta",
+    "factor",
+    "original_max_position_embeddings",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+    "attention_factor",
+    "truncate",
+)
+
+
+def yarn(d: int, base: float, scaling: dict) -> tuple[Tensor, float, float]:
+    """YaRN for d rotated dimensions at `base`, from a configuration's `rope_scaling` (or
+    transformers' `rope_parameters`) dictionary: factor, original_max_position_embeddings
+    (the pre-training context), and optionally beta_fast (32), beta_slow (1), mscale,
+    mscale_all_dim, attention_factor, truncate (True).
+
+    Returns (frequencies (d/2,) float32, attention_factor, softmax_factor):
+    - frequencies: pair i keeps base^(-2i/d) if it turns more than beta_fast times within the
+      original context, is divided by factor if it turns fewer than beta_slow times, and is a
+      linear blend of the two between (computed in float32, as transformers does);
+    - attention_factor: multiplies the rotated query and key parts (transformers multiplies
+      cos and sin by it): yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+      when both are given, else yarn_mscale(factor);
+    - softmax_factor: multiplies the softmax scale 1/√(d_N + d_R): yarn_mscale(factor,
+      mscale_all_dim)² when mscale_all_dim is given (DeepSeek's attention), else 1.
+    """
+    unknown = set(scaling) - set(YARN_KEYS)
+    if unknown:
+        raise ValueError(f"rope_scaling has keys {sorted(unknown)} that YaRN does not use")
+    kind = scaling.get("rope_type", scaling.get("type", "yarn"))
+    if kind != "yarn":
+        raise ValueError(f"rope_scaling type {kind!r} is not supported; only 'yarn'")
+    for key in ("factor", "original_max_position_embeddings"):
+        if not isinstance(scaling.get(key), (int, float)) or not scaling[key] > 0:
+            raise ValueError(f"rope_scaling[{key!r}] = {scaling.get(key)!r}; expected a number > 0")
+    factor, original = float(scaling["factor"]), scaling["original_max_position_embeddings"]
+    beta_fast, beta_slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+    mscale, mscale_all_dim = scaling.get("mscale"), scaling.get("mscale_all_dim")
+
+    def dim_of(turns: float) -> float:  # the pair index that turns `turns` times in `original`
+        return d * math.log(original / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dim_of(beta_fast), dim_of(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
+    if low == high:
+        high += 0.001  # as transformers: no division by zero
+    ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    keep = 1 - ramp  # (d/2,): 1 = the original frequency, 0 = interpolated by factor
+    wavelength = base ** (torch.arange(0, d, 2, dtype=torch.float32) / d)  # (d/2,) / 2π
+    frequencies = 1.0 / (factor * wavelength) * (1 - keep) + 1.0 / wavelength * keep
+    attention_factor = scaling.get("attention_factor")
+    if attention_factor is None:
+        if mscale and mscale_all_dim:
+            attention_factor = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = yarn_mscale(factor)
+    softmax_factor = yarn_mscale(factor, mscale_all_dim) ** 2 if mscale_all_dim else 1.0
+    return frequencies, float(attention_factor), float(softmax_factor)
 
 
 class MLACache:
@@ -87,7 +170,8 @@ class MultiHeadLatentAttention(nn.Module):
     """Multi-head latent attention, the attention layer of DeepSeek-V2 and V3.
 
     d_model C, num_heads h, kv_lora_rank r, qk_nope_head_dim d_N, qk_rope_head_dim d_R,
-    v_head_dim d_V, q_lora_rank r_q (None: a full-rank query projection).
+    v_head_dim d_V, q_lora_rank r_q (None: a full-rank query projection), rope_scaling (None,
+    or a YaRN dictionary as in DeepSeek-V3's config.json: see `yarn`).
     Parameters (nn.Linear, no bias): q_proj (C -> h(d_N + d_R)) or q_a_proj (C -> r_q),
     q_a_norm, q_b_proj (r_q -> h(d_N + d_R)); kv_a_proj (C -> r + d_R), kv_a_norm,
     kv_b_proj (r -> h(d_N + d_V)), o_proj (h d_V -> C).
@@ -104,6 +188,7 @@ class MultiHeadLatentAttention(nn.Module):
         q_lora_rank: int | None = None,
         rope_base: float = 10000.0,
         rope_interleaved: bool = True,
+        rope_scaling: dict | None = None,
     ) -> None:
         super().__init__()
         C = check_int(d_model, "d_model", 1)
@@ -125,6 +210,13 @@ class MultiHeadLatentAttention(nn.Module):
         self.q_lora_rank, self.rope_base = q_lora_rank, float(rope_base)
         self.rope_interleaved = bool(rope_interleaved)
         self.scale = (d_N + d_R) ** -0.5
+        self.rope_scaling = None if rope_scaling is None else dict(rope_scaling)
+        self.rope_frequencies, self.rope_factor = None, 1.0  # (d_R/2,) float32 when stretched
+        if rope_scaling is not None and d_R > 0:
+            self.rope_frequencies, self.rope_factor, softmax_factor = yarn(
+                d_R, self.rope_base, rope_scaling
+            )
+            self.scale = self.scale * softmax_factor
         d_qk = d_N + d_R
         if q_lora_rank is None:
             self.q_proj = nn.Linear(C, h * d_qk, bias=False)  # W_Q
@@ -146,11 +238,17 @@ class MultiHeadLatentAttention(nn.Module):
             raise TypeError("hf_attention must be a transformers DeepseekV3Attention")
         if getattr(cfg, "attention_bias", False):
             raise ValueError("attention_bias = True is not supported (DeepSeek-V3 has none)")
-        rope_params = getattr(cfg, "rope_parameters", None) or {}
-        if rope_params.get("rope_type", "default") != "default":
-            raise ValueError(
-                f"rope_type {rope_params.get('rope_type')!r} is not supported; only 'default'"
-            )
+        rope_params = dict(getattr(cfg, "rope_parameters", None) or {})
+        rope_type = rope_params.get("rope_type", "default")
+        if rope_type not in ("default", "yarn"):
+            raise ValueError(f"rope_type {rope_type!r} is not supported; only 'default' or 'yarn'")
+        scaling = None
+        if rope_type == "yarn":
+            scaling = {k: v for k, v in rope_params.items() if k != "rope_theta"}
+            if scaling.get("factor") is None:  # transformers' fallback for DeepSeek-V3
+                scaling["factor"] = (
+                    cfg.max_position_embeddings / scaling["original_max_position_embeddings"]
+                )
         if cfg.num_key_value_heads != cfg.num_attention_heads:
             raise ValueError("num_key_value_heads must equal num_attention_heads, as in DeepSeek")
         base = rope_params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0))
@@ -164,6 +262,7 @@ class MultiHeadLatentAttention(nn.Module):
             q_lora_rank=cfg.q_lora_rank,
             rope_base=base,
             rope_interleaved=bool(getattr(cfg, "rope_interleave", True)),
+            rope_scaling=scaling,
         )
         w = hf_attention.kv_b_proj.weight
         new = new.to(device=w.device, dtype=w.dtype)
@@ -204,8 +303,19 @@ class MultiHeadLatentAttention(nn.Module):
         return self.kv_a_norm(c), self._rope(k_rope, positions)
 
     def _rope(self, x: Tensor, positions: Tensor) -> Tensor:
-        """x (B, ..., n, d_R) rotated at positions (n,) or (B, n), float32 angles."""
-        return rope(x, positions, self.rope_base, self.rope_interleaved, angle_dtype=torch.float32)
+        """x (B, ..., n, d_R) rotated at positions (n,) or (B, n), float32 angles (d_R = 0:
+        no rope dimensions, nothing to rotate)."""
+        if self.qk_rope_head_dim == 0:
+            return x
+        out = rope(
+            x,
+            positions,
+            self.rope_base,
+            self.rope_interleaved,
+            angle_dtype=torch.float32,
+            frequencies=self.rope_frequencies,
+        )
+        return out if self.rope_factor == 1.0 else out * self.rope_factor
 
     def up_weights(self) -> tuple[Tensor, Tensor]:
         """W_UK (h, d_N, r) and W_UV (h, d_V, r): the key and value up-projections per head."""

@@ -12,13 +12,17 @@ attention layer can solve the task), `TRAIN["layers"]` pre-norm blocks of causal
 self-attention and an MLP, a tied read-out. Only the attention differs, each variant sized to
 a cache budget in numbers per token per layer (`VARIANTS`): multi-head (2 h d numbers),
 grouped-query (2 h_kv d), multi-query (2 d), and latent (r + d_R,
-`mla.MultiHeadLatentAttention`).
+`mla.MultiHeadLatentAttention`): "MLA" spends the whole budget on the latent (d_R = 0: no
+rotated key, no RoPE, as the other three have none), "MLA + RoPE" splits it as DeepSeek does
+(a quarter to the shared rotated key). What the budget cannot make equal (query heads and
+widths, parameters, MLA's normalised latent) is listed by `differences`.
 
 The sweep trains every variant at every budget over `SEEDS` with the same data and steps
-(about 15 minutes on one core, too long for a notebook): `python -m mha_lib.efficient.recall`
+(about 20 minutes of one CPU core, too long for a notebook): `python -m mha_lib.efficient.recall`
 writes `SWEEP_FILE` (`mha_lib/data/nb11_recall_sweep.json`) and notebook 11 reads it with
 `load_sweep`. tests/efficient/test_recall.py regenerates a documented subset and compares it
-within margins (training follows the processor's rounding, so not bit for bit).
+within margins (training follows the processor's rounding, so not bit for bit), and trains a
+seed outside the cache to test the claims notebook 11 states for every run.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..stats import t_interval
+from ..stats import t_interval, wilson_interval
 from .mla import MultiHeadLatentAttention
 
 __all__ = [
@@ -43,8 +47,11 @@ __all__ = [
     "TASK",
     "VARIANTS",
     "RecallModel",
+    "attention_weights",
     "cache_numbers",
+    "differences",
     "evaluate",
+    "first_token_weight",
     "load_sweep",
     "make_model",
     "recall_batch",
@@ -52,30 +59,55 @@ __all__ = [
     "sweep_summary",
     "sweep_table",
     "train_one",
+    "uniform_first_token_weight",
+    "value_weight",
 ]
 
-SEEDS = tuple(range(5))
+SEEDS = tuple(range(16))
+SOLVED = 0.9  # a run "solves" the task at this held-out accuracy or above
+SINK_QUERIES = slice(4, None)  # first_token_weight averages the queries at positions 4 ..
 SWEEP_FILE = Path(
     str(resources.files("mha_lib") / "data" / "nb11_recall_sweep.json")
 )  # mha_lib/data/
 TASK = {"pairs": 8, "num_keys": 16, "num_values": 16}  # 8 pairs + 8 queries = 24 tokens
 TRAIN = {"steps": 600, "batch": 64, "lr": 3e-3, "d_model": 64, "layers": 1}
 
-# attention configurations per cache budget (numbers per token per layer)
+# attention configurations per cache budget (numbers per token per layer); MLA's head_dim is
+# MQA's, so that the two have the same query heads and widths
 VARIANTS: dict[int, dict[str, dict]] = {
     16: {
         "MHA": {"kind": "gqa", "num_heads": 2, "num_kv_heads": 2, "head_dim": 4},
         "GQA": {"kind": "gqa", "num_heads": 4, "num_kv_heads": 2, "head_dim": 4},
         "MQA": {"kind": "gqa", "num_heads": 4, "num_kv_heads": 1, "head_dim": 8},
-        "MLA": {"kind": "mla", "num_heads": 4, "kv_lora_rank": 12, "rope_dim": 4, "head_dim": 8},
+        "MLA": {"kind": "mla", "num_heads": 4, "kv_lora_rank": 16, "rope_dim": 0, "head_dim": 8},
+        "MLA + RoPE": {
+            "kind": "mla", "num_heads": 4, "kv_lora_rank": 12, "rope_dim": 4, "head_dim": 8
+        },
     },
     32: {
         "MHA": {"kind": "gqa", "num_heads": 2, "num_kv_heads": 2, "head_dim": 8},
         "GQA": {"kind": "gqa", "num_heads": 4, "num_kv_heads": 2, "head_dim": 8},
         "MQA": {"kind": "gqa", "num_heads": 4, "num_kv_heads": 1, "head_dim": 16},
-        "MLA": {"kind": "mla", "num_heads": 4, "kv_lora_rank": 24, "rope_dim": 8, "head_dim": 16},
+        "MLA": {"kind": "mla", "num_heads": 4, "kv_lora_rank": 32, "rope_dim": 0, "head_dim": 16},
+        "MLA + RoPE": {
+            "kind": "mla", "num_heads": 4, "kv_lora_rank": 24, "rope_dim": 8, "head_dim": 16
+        },
     },
-}
+}  # fmt: skip
+
+
+def differences(cfg: dict) -> dict:
+    """What differs between attentions of one budget: query heads, the width of one head's
+    query·key product and of all queries, whether it rotates (RoPE) and whether its keys come
+    from a normalised latent."""
+    d_qk = cfg["head_dim"] + cfg.get("rope_dim", 0)
+    return {
+        "query heads": cfg["num_heads"],
+        "q·k width": d_qk,
+        "query width": cfg["num_heads"] * d_qk,
+        "rope": cfg.get("rope_dim", 0) > 0,
+        "normalised latent": cfg["kind"] == "mla",
+    }
 
 
 def cache_numbers(cfg: dict) -> int:
@@ -227,71 +259,111 @@ def train_one(cfg: dict, seed: int, steps: int | None = None) -> tuple[RecallMod
     return model, curve
 
 
-@torch.no_grad()
-def first_token_weight(model: RecallModel, tokens: Tensor) -> list[float]:
-    """Per layer, the mean attention weight the queries at positions >= 4 put on token 0.
+def _scores(attn: nn.Module, y: Tensor) -> Tensor:
+    """The causal attention scores (B, h, N, N) of one attention layer on its input y."""
+    B, N, _ = y.shape
+    if isinstance(attn, MultiHeadLatentAttention):
+        pos = torch.arange(N)
+        q_nope, q_rope = attn.queries(y, pos)  # (B, h, N, d_N), (B, h, N, d_R)
+        c, k_rope = attn.latents(y, pos)  # (B, N, r), (B, N, d_R)
+        W_UK, _ = attn.up_weights()  # (h, d_N, r)
+        k_nope = torch.einsum("bmr,hdr->bhmd", c, W_UK)  # (B, h, N, d_N)
+        s = (q_nope @ k_nope.mT + q_rope @ k_rope[:, None].mT) * attn.scale
+    else:
+        q = attn.q(y).view(B, N, attn.h, attn.d).transpose(1, 2)  # (B, h, N, d)
+        k, _ = attn.kv(y).view(B, N, 2, attn.h_kv, attn.d).permute(2, 0, 3, 1, 4)
+        k = k.repeat_interleave(attn.h // attn.h_kv, dim=1)  # (B, h, N, d)
+        s = (q @ k.transpose(-2, -1)) / attn.d**0.5
+    return s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
 
-    Read from the MHA variant (for a 'sink'); uniform attention would give the mean of
-    1/(i+1) over those positions.
-    """
+
+@torch.no_grad()
+def attention_weights(model: RecallModel, tokens: Tensor) -> list[Tensor]:
+    """Per layer, the attention weights (B, h, N, N) of the model on tokens (B, N)."""
     model.eval()
-    N = tokens.shape[1]
     x = model.inputs(tokens)
     out = []
     for block in model.blocks:
-        attn = block.attn
-        y = block.norm1(x)
-        B = y.shape[0]
-        q = attn.q(y).view(B, N, attn.h, attn.d).transpose(1, 2)
-        k, _ = attn.kv(y).view(B, N, 2, attn.h_kv, attn.d).permute(2, 0, 3, 1, 4)
-        k = k.repeat_interleave(attn.h // attn.h_kv, dim=1)
-        s = (q @ k.transpose(-2, -1)) / attn.d**0.5
-        s = s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
-        w = s.softmax(-1)  # (B, h, N, N)
-        out.append(round(w[:, :, 4:, 0].mean().item(), 4))
+        out.append(_scores(block.attn, block.norm1(x)).softmax(-1))
         x = block(x)
     return out
 
 
+def first_token_weight(model: RecallModel, tokens: Tensor, by_head: bool = False) -> list:
+    """Per layer, the mean attention weight the queries at positions 4 .. N - 1 put on token 0
+    (a 'sink' would take much of it), averaged over the heads or, with by_head, one number per
+    head; uniform attention would give the mean of 1/(i + 1) over those positions
+    (`uniform_first_token_weight`)."""
+    out = []
+    for w in attention_weights(model, tokens):  # (B, h, N, N)
+        on_first = w[:, :, SINK_QUERIES, 0].mean((0, 2))  # (h,)
+        out.append(
+            [round(v, 4) for v in on_first.tolist()]
+            if by_head
+            else round(on_first.mean().item(), 4)
+        )
+    return out
+
+
+def value_weight(model: RecallModel, tokens: Tensor) -> list[list[float]]:
+    """Per layer and head, the mean attention weight that the answer positions (the repeated
+    keys) put on the position of the value to recall (the token right after that key's first
+    occurrence): what a head that does the recall looks at."""
+    P = (tokens.shape[1]) // 3
+    keys, asked = tokens[:, 0 : 2 * P : 2], tokens[:, 2 * P :]  # (B, P) each
+    pair = (asked[:, :, None] == keys[:, None, :]).float().argmax(-1)  # (B, P): which pair
+    value_pos = 2 * pair + 1  # (B, P)
+    out = []
+    for w in attention_weights(model, tokens):  # (B, h, N, N)
+        B, h = w.shape[:2]
+        rows = w[:, :, 2 * P :, :]  # (B, h, P, N): the answer positions' weights
+        at_value = rows.gather(-1, value_pos[:, None, :, None].expand(B, h, P, 1))[..., 0]
+        out.append([round(v, 4) for v in at_value.mean((0, 2)).tolist()])  # (h,)
+    return out
+
+
+def uniform_first_token_weight(N: int = 3 * TASK["pairs"]) -> float:
+    """What first_token_weight would be if every query spread its weight evenly."""
+    return sum(1 / (i + 1) for i in range(N)[SINK_QUERIES]) / len(range(N)[SINK_QUERIES])
+
+
 def run_sweep(
-    seeds=SEEDS, budgets=None, steps: int | None = None, verbose: bool = False, variants=None
+    seeds=SEEDS,
+    budgets=None,
+    steps: int | None = None,
+    verbose: bool = False,
+    variants=None,
+    processes: int = 1,
 ) -> dict:
-    """Train every variant (or those named in variants) of every budget over seeds; return the
-    summary written to the file."""
+    """Train every variant (or those named in variants) of every budget over seeds, each run
+    on one thread (in `processes` worker processes); return the summary written to the file."""
     budgets = sorted(VARIANTS) if budgets is None else budgets
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the cached sweep ran; tiny models only wait on a thread pool
-    try:
-        return _sweep(seeds, budgets, steps, verbose, variants)
-    finally:
-        torch.set_num_threads(threads)
+    jobs = [
+        (budget, name, seed, steps)
+        for budget in budgets
+        for name in VARIANTS[budget]
+        if variants is None or name in variants
+        for seed in seeds
+    ]
+    if processes > 1:
+        import multiprocessing
 
-
-def _sweep(seeds, budgets, steps, verbose, variants) -> dict:
-    tokens, targets = held_out_batch()
-    runs = []
-    for budget in budgets:
-        for name, cfg in VARIANTS[budget].items():
-            if variants is not None and name not in variants:
-                continue
-            for seed in seeds:
-                t0 = time.perf_counter()
-                model, curve = train_one(cfg, seed, steps)
-                run = {
-                    "variant": name,
-                    "budget": budget,
-                    "cache_numbers": cache_numbers(cfg),
-                    "seed": seed,
-                    "params": sum(p.numel() for p in model.parameters()),
-                    "accuracy": round(evaluate(model, tokens, targets), 4),
-                    "loss_curve": curve,
-                }
-                if cfg["kind"] == "gqa" and cfg["num_kv_heads"] == cfg["num_heads"]:
-                    run["first_token_weight"] = first_token_weight(model, tokens[:200])
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            runs = []
+            for run in pool.imap(_one_run, jobs, chunksize=1):
                 runs.append(run)
                 if verbose:
-                    dt = time.perf_counter() - t0
-                    print(f"{budget:>3} {name} seed {seed}: {run['accuracy']:.3f} ({dt:.0f} s)")
+                    _say(run)
+    else:
+        threads = torch.get_num_threads()
+        try:
+            runs = []
+            for job in jobs:
+                runs.append(_one_run(job))
+                if verbose:
+                    _say(runs[-1])
+        finally:
+            torch.set_num_threads(threads)
     return {
         "made by": "python -m mha_lib.efficient.recall",
         "torch": torch.__version__,
@@ -303,6 +375,38 @@ def _sweep(seeds, budgets, steps, verbose, variants) -> dict:
         "budgets": list(budgets),
         "variants": {str(b): VARIANTS[b] for b in budgets},
         "runs": runs,
+    }
+
+
+def _say(run: dict) -> None:
+    print(
+        f"{run['budget']:>3} {run['variant']} seed {run['seed']}: {run['accuracy']:.3f} "
+        f"({run['seconds']:.0f} s)",
+        flush=True,
+    )
+
+
+def _one_run(job: tuple) -> dict:
+    """Train and evaluate one (budget, variant, seed), on one thread, as the cached sweep ran
+    (tiny models only wait on a thread pool)."""
+    budget, name, seed, steps = job
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    cfg = VARIANTS[budget][name]
+    tokens, targets = held_out_batch()
+    model, curve = train_one(cfg, seed, steps)
+    return {
+        "variant": name,
+        "budget": budget,
+        "cache_numbers": cache_numbers(cfg),
+        "seed": seed,
+        "params": sum(p.numel() for p in model.parameters()),
+        "accuracy": round(evaluate(model, tokens, targets), 4),
+        "loss_curve": curve,
+        "first_token_weight": first_token_weight(model, tokens[:200]),
+        "first_token_weight_by_head": first_token_weight(model, tokens[:200], by_head=True),
+        "value_weight": value_weight(model, tokens[:200]),
+        "seconds": round(time.perf_counter() - t0, 1),
     }
 
 
@@ -320,25 +424,42 @@ def sweep_table(sweep: dict) -> dict[tuple[int, str], list[float]]:
 
 
 def sweep_summary(sweep: dict) -> dict[tuple[int, str], dict]:
-    """Per (budget, variant): mean accuracy, its 95 % t-interval over the seeds (clipped to
-    [0, 1]), how many seeds solved the task (accuracy >= 0.9), the parameter count."""
+    """Per (budget, variant): the mean accuracy and its 95 % t-interval over the seeds
+    ("low", "high": not clipped, so they may pass 1 or 0 when the seeds split between solved
+    and unsolved), how many seeds solved the task (accuracy >= SOLVED) with the Wilson interval
+    of that rate, the parameter count."""
     params = {(r["budget"], r["variant"]): r["params"] for r in sweep["runs"]}
     out = {}
     for key, accs in sweep_table(sweep).items():
         n = len(accs)
         mean, half = (float(v) for v in t_interval(accs))
+        solved = sum(a >= SOLVED for a in accs)
         out[key] = {
             "mean": mean,
-            "low": max(0.0, mean - half),
-            "high": min(1.0, mean + half),
-            "solved": sum(a >= 0.9 for a in accs),
+            "low": mean - half,
+            "high": mean + half,
+            "solved": solved,
+            "solved interval": wilson_interval(solved, n),
             "seeds": n,
             "params": params[key],
         }
     return out
 
 
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mha_lib.efficient.recall")
+    parser.add_argument("out", nargs="?", type=Path, default=SWEEP_FILE)
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    result = run_sweep(verbose=True, processes=args.processes)
+    result["minutes"] = round((time.perf_counter() - t0) / 60, 1)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out} in {result['minutes']} min")
+    return 0
+
+
 if __name__ == "__main__":
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else SWEEP_FILE
-    out.write_text(json.dumps(run_sweep(verbose=True), indent=1) + "\n")
-    print(f"wrote {out}")
+    sys.exit(main())

@@ -26,8 +26,14 @@ What it holds:
 - `vector_add(x, y)` and `row_softmax(x)`: the programming model in two kernels;
 - `triton_attention_forward(q, k, v, causal=None, ...)` -> (o, lse);
 - `triton_attention_backward(do, q, k, v, o, lse, causal=None, ...)` -> (dq, dk, dv),
-  FlashAttention-2 style: a preprocessing kernel for D = rowsum(dO ∘ O), one kernel
-  that owns a block of keys (dk, dv), one that owns a block of queries (dq);
+  the split of the Triton tutorial's fused attention, as three launches (`_backward`): a
+  pre-pass for D = rowsum(dO ∘ O), one kernel that owns a block of keys (dk, dv), one
+  that owns a block of queries (dq), which computes each tile's weights a second time.
+  FlashAttention-2's own kernels instead run one key-parallel kernel that adds dq into
+  a float32 buffer with atomic adds; notebook 09 writes that kernel out and compares;
+- `backward_cost(N, M, d, causal, block_q, block_k, design)`: the matrix-product FLOPs,
+  exponentials and HBM bytes of a backward pass of either design ("split", "atomic"),
+  counted tile by tile;
 - `triton_attention(q, k, v, causal=None, ...)` -> (o, lse), differentiable in q, k, v
   (a `torch.autograd.Function`);
 - `causal_key_end(start_q, block_q, N, M, causal)`: where a causal query block's
@@ -93,11 +99,13 @@ CAUSAL = (None, "top_left", "bottom_right")
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e): exp2 is the GPU's native instruction
 
 __all__ = [
+    "BACKWARD_DESIGNS",
     "CAUSAL",
     "DEVICE",
     "HEAD_DIMS",
     "INTERPRETED",
     "KERNELS",
+    "backward_cost",
     "causal_key_end",
     "causal_query_start",
     "default_blocks",
@@ -255,6 +263,80 @@ def tiles_loaded(
     return grid
 
 
+BACKWARD_DESIGNS = ("split", "atomic")
+
+
+def backward_cost(
+    N: int,
+    M: int,
+    d: int,
+    causal: str | None = None,
+    block_q: int = 16,
+    block_k: int = 16,
+    design: str = "split",
+    bytes_per_number: int = 2,
+) -> dict[str, int]:
+    """What one backward pass does, for one (batch, head), counted tile by tile over the
+    tiles the kernels visit (the loop bounds `causal_key_end` and `causal_query_start`):
+    "flops", the matrix products' floating-point operations (2 per multiply-add); "exps",
+    the weights P = exp(S - L) computed; "bytes" read from and written to HBM; "launches".
+
+    design="split": this module's kernels, the split of the Triton tutorial's fused
+    attention. The pre-pass reads O and dO and writes D. The dK/dV kernel loads K_j and
+    V_j once per key block, then Q_i, dO_i, L_i, D_i for every query block its loop
+    visits, and stores dK_j, dV_j; 4 products per tile (S, dV, dP, dK). The dQ kernel loads
+    Q_i, dO_i, L_i, D_i once per query block, then K_j and V_j for every key block it
+    visits, and stores dQ_i; 3 products per tile (S, dP, dQ): S, P, dP and dS are computed
+    a second time.
+    design="atomic": FlashAttention-2's (the flash-attention repository's CUDA kernels).
+    The pre-pass also zeroes a float32 dQ buffer (N·d·4 bytes); one key-parallel kernel
+    loads and stores what the dK/dV kernel does and, for every tile, adds its (rows, d)
+    share of dQ into the buffer with atomic adds, a float32 read and write of each number
+    (8 bytes); a last kernel reads the buffer and writes dQ in the inputs' type. 5 products
+    per tile, each weight computed once.
+
+    L and D are float32 (4 bytes each) whatever the inputs' type; bytes_per_number is that
+    type's size (2 for float16 and bfloat16, 4 for float32). Only the live rows and keys of
+    a tile count, for bytes and FLOPs alike. Caches between HBM and the chip (a GPU's L2,
+    where atomics are resolved) are not modelled: this is what the kernels ask for.
+    """
+    for name, value in (("N", N), ("M", M), ("d", d), ("block_q", block_q),
+                        ("block_k", block_k), ("bytes_per_number", bytes_per_number)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int; got {value!r}")
+    if design not in BACKWARD_DESIGNS:
+        raise ValueError(f"design must be one of {BACKWARD_DESIGNS}; got {design!r}")
+    if causal not in CAUSAL:
+        raise ValueError(f"causal must be one of {CAUSAL}; got {causal!r}")
+    e, f32 = bytes_per_number, 4
+    pairs = 0  # (query, key) pairs of the tiles the key-owning loop visits, live ones only
+    key_side = 0  # bytes of the key-owning loop: K, V in and dK, dV out, Q, dO, L, D per tile
+    for start_k in range(0, M, block_k):
+        keys = min(block_k, M - start_k)
+        key_side += 4 * keys * d * e
+        for start_q in range(causal_query_start(start_k, block_q, N, M, causal), N, block_q):
+            rows = min(block_q, N - start_q)
+            pairs += rows * keys
+            key_side += 2 * rows * d * e + 2 * rows * f32
+            if design == "atomic":  # dQ_i += dS K_j into the float32 buffer: read and write
+                key_side += 2 * rows * d * f32
+    prepass = 2 * N * d * e + N * f32  # O and dO in, D out
+    if design == "atomic":
+        extra = N * d * f32 + (N * d * f32 + N * d * e)  # zero the buffer; convert it to dQ
+        return dict(flops=5 * 2 * pairs * d, exps=pairs, bytes=prepass + key_side + extra,
+                    launches=3)  # fmt: skip
+    query_side, pairs_q = 0, 0  # the dQ kernel: Q, dO, L, D in, dQ out once; K, V per tile
+    for start_q in range(0, N, block_q):
+        rows = min(block_q, N - start_q)
+        query_side += 3 * rows * d * e + 2 * rows * f32
+        for start_k in range(0, causal_key_end(start_q, block_q, N, M, causal), block_k):
+            keys = min(block_k, M - start_k)
+            pairs_q += rows * keys
+            query_side += 2 * keys * d * e
+    return dict(flops=2 * (4 * pairs + 3 * pairs_q) * d, exps=pairs + pairs_q,
+                bytes=prepass + key_side + query_side, launches=3)  # fmt: skip
+
+
 def default_blocks(d: int, kernel: str = "forward", interpreted: bool | None = None) -> tuple:
     """(block_q, block_k) the kernels use when none are given: 16 × 16 under the
     interpreter (fast on small inputs); on a GPU chosen from d, larger for the forward
@@ -377,8 +459,9 @@ def triton_attention_forward(
 
 
 # ----------------------------------------------------------------------------
-# backward kernels (FlashAttention-2): D = rowsum(dO ∘ O), then dk and dv per key
-# block, then dq per query block; each tile's weights rebuilt from q, k and lse
+# backward kernels, the Triton tutorial's split: D = rowsum(dO ∘ O), then dk and dv per
+# key block, then dq per query block; each tile's weights rebuilt from q, k and lse (twice:
+# once per gradient kernel; FlashAttention-2 rebuilds them once and adds dq atomically)
 
 
 @triton.jit

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import as_array, checker, close, diagnose, mismatch, run
+from ._base import as_array, checker, close, diagnose, mismatch, run, to_numpy
 
 __all__ = ["check_induction_score", "check_q_composition"]
 
@@ -41,6 +41,14 @@ def _call(fn, *arrays):
         return result, torch_problem
     raised = torch_problem.removeprefix("your function raised ")
     return None, f"{problem} with numpy arrays, and {raised} with torch tensors"
+
+
+def _values(result):
+    """A result's values as a numpy array when they can be read (for its shape), else None."""
+    try:
+        return to_numpy(result)
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 def _weights(seed: int, B: int, h: int, N: int) -> np.ndarray:
@@ -77,16 +85,27 @@ def _composition_mistakes(W_QK: np.ndarray, W_OV: np.ndarray) -> dict[str, np.nd
         "queries read it from the left, (x W_OV) W_QK: use ‖W_OV W_QK‖": np.array(
             _fro(W_QK @ W_OV.T) / norms
         ),
-        "W_QK @ W_OV multiplies in the wrong order: what the earlier head writes, x W_OV, "
-        "enters the query from the left, so the matrix is W_OV @ W_QK": np.array(
-            _fro(W_QK @ W_OV) / norms
-        ),
+        "that is ‖W_QK W_OV‖, the product in the wrong order (W_QK @ W_OV, or W_OV.T @ "
+        "W_QK.T, or the arguments taken as (W_OV, W_QK): the function gets (W_QK, W_OV)); what "
+        "the earlier head writes, x W_OV, enters the query from the left, so the matrix is "
+        "W_OV @ W_QK": np.array(_fro(W_QK @ W_OV) / norms),
         "it is not normalised: divide ‖W_OV W_QK‖_F by ‖W_QK‖_F ‖W_OV‖_F": np.array(
             _fro(W_OV @ W_QK)
         ),
         "it uses the spectral norm (ord=2, the largest singular value); the score uses "
         "Frobenius norms, np.linalg.norm(M) with no ord": np.array(
             np.linalg.norm(W_OV @ W_QK, 2) / (np.linalg.norm(W_QK, 2) * np.linalg.norm(W_OV, 2))
+        ),
+        "it uses the nuclear norm (ord='nuc', the sum of the singular values); the score uses "
+        "Frobenius norms, np.linalg.norm(M) with no ord": np.array(
+            np.linalg.norm(W_OV @ W_QK, "nuc")
+            / (np.linalg.norm(W_QK, "nuc") * np.linalg.norm(W_OV, "nuc"))
+        ),
+        "it divides by ‖W_QK‖_F only: the score divides by both norms, ‖W_QK‖_F ‖W_OV‖_F": (
+            np.array(_fro(W_OV @ W_QK) / _fro(W_QK))
+        ),
+        "it divides by ‖W_OV‖_F only: the score divides by both norms, ‖W_QK‖_F ‖W_OV‖_F": (
+            np.array(_fro(W_OV @ W_QK) / _fro(W_OV))
         ),
         "it squares the norms: use ‖W_OV W_QK‖_F / (‖W_QK‖_F ‖W_OV‖_F), no squares": np.array(
             _fro(W_OV @ W_QK) ** 2 / norms**2
@@ -113,6 +132,11 @@ def check_q_composition(fn):
         W_QK, W_OV = _rank_d(rng, C, d), _rank_d(rng, C, d)
         expected = np.array(_fro(W_OV @ W_QK) / (_fro(W_QK) * _fro(W_OV)))
         result, problem = _call(fn, W_QK, W_OV)
+        if problem is None and np.shape(_values(result)) == (C, C):
+            problem = (
+                f"it returns a ({C}, {C}) matrix, not one number: the score is the Frobenius "
+                "norm of W_OV @ W_QK over the two norms"
+            )
         if problem is None:
             got, problem = as_array(result, (), "one number")
             if problem is None and not close(got, expected):
@@ -150,6 +174,23 @@ def _induction_mistakes(A: np.ndarray, T: int) -> dict[str, np.ndarray]:
         "it averages the heads together: return one score per head, (h,)": np.full(
             A.shape[1], mean(1 - T, T, 2 * T).mean()
         ),
+        "it starts at query T + 1; the first query of the second copy, i = T, has its earlier "
+        "occurrence at 0 and its induction key at 1: use T <= i < 2T": mean(1 - T, T + 1, 2 * T),
+        "it includes query T - 1: the diagonal at offset 1 - T starts at query T - 1 (key 0), "
+        "one before the second copy; drop its first entry ([..., 1:]) to keep T <= i < 2T": mean(
+            1 - T, T - 1, 2 * T
+        ),
+        "the offset has the wrong sign: np.diagonal(A, T - 1) reads A[i, i + T - 1], above the "
+        "diagonal (keys after the query); the induction stripe lies below it, offset 1 - T": (
+            A[:, :, np.arange(0, T), np.arange(T - 1, 2 * T - 1)].mean(axis=(0, 2))
+        ),
+        "it sums over the batch and the queries; the score is their mean": (
+            mean(1 - T, T, 2 * T) * A.shape[0] * T
+        ),
+        "it sums over the queries (T of them); the score is their mean": mean(1 - T, T, 2 * T) * T,
+        "it uses the first sequence only, A[0]; average over the batch too": A[
+            0, :, np.arange(T, 2 * T), np.arange(1, T + 1)
+        ].mean(axis=0),
     }
 
 
@@ -164,8 +205,15 @@ def check_induction_score(fn):
         result, problem = _call(fn, A, T)
         if problem is None:
             got, problem = as_array(result, (h,))
-            if problem is not None and np.asarray(result, dtype=object).shape == (B, h):
+            shape = np.shape(_values(result))
+            if problem is not None and shape == (B, h):
                 problem = f"expected shape {(h,)}; got {(B, h)}: average over the batch too"
+            elif problem is not None and shape == (T,):
+                problem = (
+                    f"expected shape {(h,)}; got {(T,)}, one number per query of the second "
+                    "copy: it averages over the batch and the heads; average over the batch and "
+                    "the queries (axes 0 and 2) and keep the heads"
+                )
             if problem is None and not close(got, expected):
                 problem = diagnose(got, _induction_mistakes(A, T)) or mismatch(
                     got,

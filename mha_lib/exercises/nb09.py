@@ -78,6 +78,23 @@ def _lse_mistakes(rows, block) -> dict[str, np.ndarray]:
         ),
         "m and s are reset inside the loop over blocks: only the last block is counted; "
         "initialise them once, before the loop": each(reset=True),
+        "every step of the loop loads the same first block: the columns of the block that "
+        "starts at `start` are start + tl.arange(0, BLOCK)": np.array(
+            [_online_lse(r[:block], block) + math.log(-(-len(r) // block)) for r in rows]
+        ),
+        "the loop misses the last, partial block: loop over range(0, n_cols, BLOCK) and let the "
+        "mask switch off the columns past the end": np.array(
+            [
+                _online_lse(r[: len(r) // block * block], block) if len(r) >= block else math.nan
+                for r in rows
+            ]
+        ),
+        "the result mixes bases: m + tl.log2(s); with tl.exp the sum is in base e, so the result "
+        "is m + tl.log(s)": np.array(
+            [_online_lse(r, block, add_m=False) / math.log(2) + max(r) for r in rows]
+        ),
+        "it divides the sum by n_cols (a log-mean-exp): the log-sum-exp is m + log(s), "
+        "without dividing": each() - math.log(len(rows[0])),
     }
 
 
@@ -115,6 +132,11 @@ def _launch(kernel, rows: torch.Tensor, block: int):
         return None, problem
     if not torch.equal(x[:, n:].isnan(), torch.ones_like(x[:, n:], dtype=torch.bool)):
         return None, "the kernel writes into x: it must only read x and store into out_ptr"
+    if R > 1 and out[0] != _UNSET and torch.all(out[1:] == _UNSET):
+        return None, (
+            "only out_ptr[0] is written: every program stores at out_ptr; store row r's result "
+            "at out_ptr + row"
+        )
     if torch.any(out == _UNSET):
         return None, "out_ptr + row holds nothing for some rows: store each row's result there"
     return out.cpu().double().numpy(), None
@@ -153,6 +175,12 @@ def _diagnose_lse(got: np.ndarray, rows: torch.Tensor, block: int) -> str | None
                 "whatever follows in memory); load with mask=cols < n_cols"
             )
         return "out_ptr + row holds NaN for some rows: store one result per row"
+    if np.all(np.isinf(got)) and len(got) > 1:  # rows 1.. hold small values: no plain overflow
+        return (
+            "every row is inf, even rows of small numbers: the block's terms use the max from "
+            "before the block (m = -inf at the first block, so exp(x - m) = inf); use the "
+            "new max, exp(x - m_new)"
+        )
     if np.any(np.isinf(got)) or not np.all(np.isfinite(got)):
         return "exp overflowed: subtract the running max before exp, exp(x - m)"
     rows_list = rows.tolist()
@@ -250,6 +278,21 @@ def _key_end_mistakes() -> dict[str, object]:
         "it is not clamped to 0: with bottom_right and N > M, the first query blocks may "
         "see no key at all, and their bound is 0, not a negative number": causal(
             lambda s, b, N, M, c: min(M, last(s, b, N) + off(N, M, c) + 1)
+        ),
+        "it uses the block's first row, start_q, where it needs its last, min(start_q + "
+        "block_q, N) - 1: every row of the block must see its keys": causal(
+            lambda s, b, N, M, c: max(0, min(M, s + off(N, M, c) + 1))
+        ),
+        "it is clamped to N: the bound counts keys, so clamp it to M, the number of keys": causal(
+            lambda s, b, N, M, c: max(0, min(N, last(s, b, N) + off(N, M, c) + 1))
+        ),
+        "with bottom_right it visits every key block: bottom_right is causal too, the diagonal "
+        "shifted by M - N (query i sees keys up to i + M - N)": (
+            lambda s, b, N, M, c: M if c != "top_left" else max(0, min(M, last(s, b, N) + 1))
+        ),
+        "the top-left mask has no offset: query i sees keys up to i; M - N shifts the diagonal "
+        "for bottom_right only": causal(
+            lambda s, b, N, M, c: max(0, min(M, last(s, b, N) + M - N + 1))
         ),
         "the last query block is partial: its last row is N - 1, not start_q + block_q - 1": (
             causal(lambda s, b, N, M, c: max(0, min(M, s + b + off(N, M, c))))
@@ -358,12 +401,14 @@ def _backward_case():
 
 
 def _tile_grads(
-    q_i, k_j, v_j, do_i, lse_i, delta_i, *, p_from="lse", scale_p=True,
-    grads_times="1/√d", ds_form="right", dv_from="p", dp_with="v", dq_with="k",
+    q_i, k_j, v_j, do_i, lse_i, delta_i, *, p_from="lse", scale_p="1/√d",
+    grads_times="1/√d", dq_times=None, dk_times=None, dv_times="1", ds_form="right",
+    dv_from="p", dp_with="v", dq_with="k",
 ):  # fmt: skip
     """One tile's (dq_i, dk_j, dv_j), and the usual mistakes (float64)."""
     scale = 1.0 / math.sqrt(q_i.shape[-1])
-    s = q_i @ k_j.T * (scale if scale_p else 1.0)  # (b_q, b_k)
+    factor = {"1/√d": scale, "1": 1.0, "√d": 1.0 / scale}
+    s = q_i @ k_j.T * factor[scale_p]  # (b_q, b_k)
     if p_from == "lse":
         p = torch.exp(s - lse_i[:, None])
     elif p_from == "tile_softmax":
@@ -379,10 +424,9 @@ def _tile_grads(
         ds = dp - delta_i[:, None]
     else:  # "tile_delta": D summed over this tile's keys only
         ds = p * (dp - (p * dp).sum(dim=-1, keepdim=True))
-    g = {"1/√d": scale, "1": 1.0, "√d": 1.0 / scale}[grads_times]
-    dq = ds @ (k_j if dq_with == "k" else v_j) * g  # (b_q, d)
-    dk = ds.T @ q_i * g  # (b_k, d)
-    dv = (p if dv_from == "p" else ds).T @ do_i  # (b_k, d)
+    dq = ds @ (k_j if dq_with == "k" else v_j) * factor[dq_times or grads_times]  # (b_q, d)
+    dk = ds.T @ q_i * factor[dk_times or grads_times]  # (b_k, d)
+    dv = (p if dv_from == "p" else ds).T @ do_i * factor[dv_times]  # (b_k, d)
     return dq, dk, dv
 
 
@@ -393,17 +437,29 @@ _TILE_MISTAKES = {
     ),
     "the weights forget L: P = exp(S - L), with lse_i, not exp(S)": dict(p_from="exp"),
     "the scores are not scaled when P is rebuilt: S = q kᵀ / √d, then P = exp(S - L)": dict(
-        scale_p=False
+        scale_p="1"
     ),
+    "the scores are multiplied by √d when P is rebuilt: S = q kᵀ / √d, then P = exp(S - L)": (
+        dict(scale_p="√d")
+    ),
+    "dK lacks the factor 1/√d (dQ has it): the scores were q kᵀ / √d, so dK = dSᵀ Q / √d": dict(
+        dk_times="1"
+    ),
+    "dQ lacks the factor 1/√d (dK has it): the scores were q kᵀ / √d, so dQ = dS K / √d": dict(
+        dq_times="1"
+    ),
+    "dV is multiplied by 1/√d: the scale belongs to the scores, so dQ and dK carry it and "
+    "dV = Pᵀ dO does not": dict(dv_times="1/√d"),
     "dQ and dK lack the factor 1/√d: the scores were q kᵀ / √d, so dQ = dS K / √d and "
     "dK = dSᵀ Q / √d": dict(grads_times="1"),
     "the scale has no place anywhere: S = q kᵀ / √d when P is rebuilt, and dQ = dS K / √d, "
-    "dK = dSᵀ Q / √d": dict(scale_p=False, grads_times="1"),
+    "dK = dSᵀ Q / √d": dict(scale_p="1", grads_times="1"),
     "dQ and dK are multiplied by √d: the factor is 1/√d": dict(grads_times="√d"),
     "dS forgets D: through the softmax, dS = P ∘ (dP - D), not P ∘ dP": dict(ds_form="no_delta"),
     "dS lacks the factor P: dS = P ∘ (dP - D), not dP - D": dict(ds_form="no_p"),
-    "D is summed over this tile's keys only: D_i = Σ_j P_ij dP_ij runs over all M keys, "
-    "which a tile does not see; use delta_i = rowsum(dO ∘ O), given": dict(ds_form="tile_delta"),
+    "D is computed from this tile only (Σ_j P_ij dP_ij over its b_k keys, or rowsum(dO ∘ P V_j), "
+    "the same number): D_i runs over all M keys, which a tile does not see; use delta_i = "
+    "rowsum(dO ∘ O), given": dict(ds_form="tile_delta"),
     "dV takes the weights, not dS: dV = Pᵀ dO": dict(dv_from="ds"),
     "dP multiplies dO by the keys: dP = dO Vᵀ (the values were weighted, O = P V)": dict(
         dp_with="k"
@@ -465,6 +521,28 @@ def _judge_tile(arrays, tile) -> str | None:
     return f"wrong values in {', '.join(bad)}: {hint}"
 
 
+def _shape_hint(problem: str, fn) -> str:
+    """A hint for an error about shapes, only when the answer shows the mistake it names:
+    an elementwise (broadcast) error that the same answer does not raise on a square tile
+    (b_q = b_k) comes from a (b_q,) vector used against a (b_q, b_k) tile; an error of a
+    matrix product comes from operands that do not fit."""
+    if "cannot be multiplied" in problem or "mat1 and mat2" in problem or "matmul" in problem:
+        return (
+            " [a matrix product's shapes do not fit: q_i and do_i are (b_q, d), k_j and v_j "
+            "(b_k, d); S = q_i k_jᵀ and dP = do_i v_jᵀ take the transposes of k_j and v_j]"
+        )
+    if "must match the size" in problem or "broadcast" in problem:
+        (q, k, v, do, _, lse, delta), _ = _backward_case()
+        square = (q[:8], k[:8], v[:8], do[:8], lse[:8], delta[:8])  # b_q = b_k = 8
+        _, problem_square = run(fn, *(t.clone() for t in square))
+        if problem_square is None or "must match the size" not in problem_square:
+            return (
+                " [lse_i and delta_i hold one number per query row, shape (b_q,): use them as "
+                "lse_i[:, None] and delta_i[:, None] against a (b_q, b_k) tile]"
+            )
+    return ""
+
+
 @checker("backward_tile")
 def check_backward_tile(fn):
     """Check fn(q_i, k_j, v_j, do_i, lse_i, delta_i) -> (dq_i, dk_j, dv_j), one tile's
@@ -479,12 +557,7 @@ def check_backward_tile(fn):
             tile = (q[i0:i1], k[j0:j1], v[j0:j1], do[i0:i1], lse[i0:i1], delta[i0:i1])
             result, problem = run(fn, *(t.clone() for t in tile))
             if problem is not None:
-                if "must match the size" in problem or "shape" in problem:
-                    problem += (
-                        " [lse_i and delta_i hold one number per query row, shape (b_q,): "
-                        "use them as lse_i[:, None] and delta_i[:, None] against a (b_q, b_k) tile]"
-                    )
-                return problem
+                return problem + _shape_hint(problem, fn)
             shapes = ((i1 - i0, d), (j1 - j0, d), (j1 - j0, d))
             arrays, problem = _read_triple(result, shapes)
             if problem is None:

@@ -3,19 +3,25 @@
 The experiment of notebook 10, §6. For each task of `tasks.TASKS`, each scheme of
 `model.SCHEMES` and each seed of `SEEDS`, `train` fits a `TinyCausal` (settings in `TRAIN`) on
 sequences of length L = TRAIN["L"], and `evaluate` measures its per-position accuracy on fixed
-test sequences (generator seed 1000, never trained on) of lengths L, 2L and 4L. Then the RoPE
-models are stretched to 4L in two ways and evaluated again, without and with a short
-fine-tune (`FINETUNE`) on sequences of length 4L:
+test sequences (generator seed 1000, never trained on) of lengths L, 2L and 4L. One more
+variant, "nope + start", is NoPE on sequences that begin with a start token (`tasks.batch`'s
+`start=True`). Then the RoPE models are stretched to 4L in two ways and evaluated as they are,
+then along a fine-tune on sequences of length 4L (`FINETUNE`: evaluated after each number of
+steps in FINETUNE["steps"], one run, so "after 500 steps" is the same run as "after 250 steps"
+continued):
 - "rope + PI": position interpolation (Chen et al., 2023), positions scaled by L / 4L;
 - "rope + base": the "NTK-aware" larger base, base · 4^(d/(d-2)) with d = d_k;
-- "rope + fine-tune": neither, the same fine-tune (the control: what the fine-tune alone buys).
+- "rope": neither, the same fine-tune (the control: what the fine-tune alone buys).
+A fine-tuned variant is named "<how>, tuned <steps>" ("rope + PI, tuned 500", "rope, tuned 100").
 
-The sweep takes several minutes on one CPU core, so its summary is cached in `SWEEP_FILE`
-(`mha_lib/data/nb10_extrapolation.json`) and notebook 10 reads it with `load_sweep`;
+The sweep takes about half an hour of one CPU core (an hour and a half on two busy shared
+cores), so its summary is cached in `SWEEP_FILE` (`mha_lib/data/nb10_extrapolation.json`) and
+notebook 10 reads it with `load_sweep`;
 `python -m mha_lib.extrapolation.sweep` regenerates it. The numbers follow training
 trajectories, which differ in their last bits from one processor to another;
-`tests/extrapolation/test_sweep.py` regenerates `TEST_SUBSET` (one seed, four variants) and
-compares its accuracies with the cached ones within a margin.
+`tests/extrapolation/test_sweep.py` regenerates `TEST_SUBSET` and compares its accuracies with
+the cached ones within a margin, and trains seeds outside the cache to test the claims that
+notebook 10 states for every seed.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from .model import SCHEMES, TinyCausal, loss_and_accuracy
 from .tasks import TASKS, batch
 
 __all__ = [
+    "CLAIM_VARIANTS",
     "FINETUNE",
     "LENGTHS",
     "SEEDS",
@@ -42,14 +49,19 @@ __all__ = [
     "SWEEP_FILE",
     "TEST_SUBSET",
     "TRAIN",
+    "WITH_START",
     "evaluate",
+    "finetune",
     "load_sweep",
+    "new_model",
     "one_seed",
     "run_sweep",
+    "seed_claims",
     "seed_interval",
     "stretch",
     "summary",
     "train",
+    "tuned",
     "variants",
 ]
 
@@ -63,29 +75,45 @@ TRAIN = {
     "batch_size": 32,
     "lr": 3e-3,
 }
-FINETUNE = {"steps": 100, "batch_size": 16, "lr": 1e-3}
+FINETUNE = {"steps": (100, 250, 500, 1000), "batch_size": 16, "lr": 1e-3}
 LENGTHS = (32, 64, 128)  # L, 2L, 4L
-SEEDS = tuple(range(5))
-# what the test regenerates (under a minute): seed 0 of copy_back, these variants
-TEST_SUBSET = ("copy_back", 0, ("sinusoidal", "rope", "rope + PI", "rope + PI, tuned"))
-STRETCHED = ("rope + PI", "rope + base", "rope + fine-tune")
+SEEDS = tuple(range(10))
+# what the regeneration test trains again (one model, about 15 s): seed 0 of copy_back
+TEST_SUBSET = ("copy_back", 0, ("rope", "rope + PI", "rope + base"))
+STRETCHED = ("rope + PI", "rope + base", "rope")  # "rope": the control, stretched by nothing
+WITH_START = "nope + start"
 SWEEP_FILE = Path(
     str(resources.files("mha_lib") / "data" / "nb10_extrapolation.json")
 )  # mha_lib/data/
 TEST_BATCH = 256
 
 
-def train(task: str, scheme: str, seed: int, steps: int | None = None) -> TinyCausal:
-    """A TinyCausal with `scheme`, initialised and trained from `seed` on `task` at length L."""
+def new_model(scheme: str, start: bool = False) -> TinyCausal:
+    """An untrained TinyCausal of the sweep's size (a start token adds one token and one
+    position)."""
+    cfg = TRAIN
+    return TinyCausal(
+        scheme,
+        cfg["vocab_size"] + start,
+        cfg["C"],
+        cfg["num_heads"],
+        cfg["n_layers"],
+        max_len=4 * cfg["L"] + start,
+    )
+
+
+def train(
+    task: str, scheme: str, seed: int, steps: int | None = None, start: bool = False
+) -> TinyCausal:
+    """A TinyCausal with `scheme`, initialised and trained from `seed` on `task` at length L
+    (start: on sequences that begin with a start token)."""
     torch.manual_seed(seed)
     cfg = TRAIN
-    model = TinyCausal(
-        scheme, cfg["vocab_size"], cfg["C"], cfg["num_heads"], cfg["n_layers"], max_len=4 * cfg["L"]
-    )
+    model = new_model(scheme, start)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
     for _ in range(cfg["steps"] if steps is None else steps):
-        x, y = batch(task, g, cfg["batch_size"], cfg["L"], cfg["vocab_size"])
+        x, y = batch(task, g, cfg["batch_size"], cfg["L"], cfg["vocab_size"], start)
         loss, _ = loss_and_accuracy(model, x, y)
         opt.zero_grad()
         loss.backward()
@@ -100,76 +128,86 @@ def stretch(model: TinyCausal, how: str, factor: int = 4) -> TinyCausal:
         model.rope_scale = 1.0 / factor
     elif how == "rope + base":
         model.rope_base = 10000.0 * factor ** (d / (d - 2))
-    elif how != "rope + fine-tune":
+    elif how != "rope":
         raise ValueError(f"how = {how!r}; expected one of {STRETCHED}")
     return model
 
 
-def finetune(model: TinyCausal, task: str, seed: int, N: int) -> TinyCausal:
-    """FINETUNE["steps"] steps on sequences of length N (in place; returns it)."""
+def finetune(model: TinyCausal, task: str, seed: int, N: int, steps: int):
+    """Fine-tune on sequences of length N (in place), yielding the number of steps done after
+    each of FINETUNE["steps"] up to `steps` (one run: the checkpoints of one curve)."""
     g = torch.Generator().manual_seed(10_000 + seed)
     opt = torch.optim.AdamW(model.parameters(), lr=FINETUNE["lr"], weight_decay=0.0)
-    for _ in range(FINETUNE["steps"]):
+    for step in range(1, steps + 1):
         x, y = batch(task, g, FINETUNE["batch_size"], N, TRAIN["vocab_size"])
         loss, _ = loss_and_accuracy(model, x, y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return model
+        if step in FINETUNE["steps"]:
+            yield step
 
 
 @torch.no_grad()
-def evaluate(model: TinyCausal, task: str) -> dict:
+def evaluate(model: TinyCausal, task: str, start: bool = False, by_position: bool = True) -> dict:
     """{"acc": [accuracy at L, 2L, 4L], "by position": per-position accuracy at 4L (4L,)}:
-    accuracy over every targeted position of TEST_BATCH fixed sequences (seed 1000)."""
+    accuracy over every targeted position of TEST_BATCH fixed sequences (seed 1000; with a
+    start token, the same sequences after it; by_position=False leaves "by position" out)."""
     out = {"acc": []}
     for N in LENGTHS:
-        x, y = batch(task, torch.Generator().manual_seed(1000), TEST_BATCH, N, TRAIN["vocab_size"])
-        _, acc = loss_and_accuracy(model, x, y)  # (N,)
+        g = torch.Generator().manual_seed(1000)
+        x, y = batch(task, g, TEST_BATCH, N, TRAIN["vocab_size"], start)
+        _, acc = loss_and_accuracy(model, x, y)  # (N,) or (N + 1,)
         out["acc"].append(round(float(acc[~acc.isnan()].mean()), 4))
-    out["by position"] = [None if np.isnan(a) else round(float(a), 3) for a in acc.tolist()]
+    if by_position:
+        acc = acc[1:] if start else acc  # (4L,): positions counted from the first random token
+        out["by position"] = [None if np.isnan(a) else round(float(a), 3) for a in acc.tolist()]
     return out
 
 
+def tuned(how: str, steps: int) -> str:
+    """The name of a stretched variant after `steps` fine-tune steps: "rope + PI, tuned 500"."""
+    return f"{how}, tuned {steps}"
+
+
 def variants() -> tuple[str, ...]:
-    """Every variant the sweep evaluates: the five schemes, then the stretched RoPE models."""
-    return SCHEMES + (
-        "rope + PI",
-        "rope + PI, tuned",
-        "rope + base",
-        "rope + base, tuned",
-        "rope + fine-tune",
-    )
+    """Every variant the sweep evaluates: the five schemes, NoPE with a start token, the
+    stretched RoPE models as they are, then along their fine-tune."""
+    stretched = ("rope + PI", "rope + base")
+    curves = tuple(tuned(how, n) for how in STRETCHED for n in FINETUNE["steps"])
+    return SCHEMES + (WITH_START,) + stretched + curves
 
 
 def one_seed(task: str, seed: int, only: tuple[str, ...] | None = None) -> dict:
-    """{variant: evaluate()} for one (task, seed): every variant, or those in `only`."""
+    """{variant: evaluate()} for one (task, seed): every variant, or those in `only` (a
+    fine-tune runs as far as the last checkpoint wanted)."""
     wanted = variants() if only is None else only
+    unknown = set(wanted) - set(variants())
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; expected some of {variants()}")
     row, rope_state = {}, None
+    needs_rope = any(w.startswith("rope") for w in wanted)
     for scheme in SCHEMES:
-        if scheme in wanted or (scheme == "rope" and any(w.startswith("rope +") for w in wanted)):
+        if scheme in wanted or (scheme == "rope" and needs_rope):
             model = train(task, scheme, seed)
             if scheme in wanted:
                 row[scheme] = evaluate(model, task)
             if scheme == "rope":
                 rope_state = {k: v.clone() for k, v in model.state_dict().items()}
-    for variant in wanted:
-        if not variant.startswith("rope +"):
+    if WITH_START in wanted:
+        row[WITH_START] = evaluate(train(task, "nope", seed, start=True), task, start=True)
+    for how in STRETCHED:
+        steps = [n for n in FINETUNE["steps"] if tuned(how, n) in wanted]
+        if how not in wanted and not steps:
             continue
-        how, tuned = variant.removesuffix(", tuned"), variant.endswith("tuned")
-        model = TinyCausal(
-            "rope",
-            TRAIN["vocab_size"],
-            TRAIN["C"],
-            TRAIN["num_heads"],
-            TRAIN["n_layers"],
-            max_len=4 * TRAIN["L"],
-        )
+        model = new_model("rope")
         model.load_state_dict(rope_state)
         stretch(model, how)
-        if tuned or how == "rope + fine-tune":
-            finetune(model, task, seed, LENGTHS[-1])
-        row[variant] = evaluate(model, task)
+        if how != "rope" and how in wanted:
+            row[how] = evaluate(model, task, by_position=False)
+        for done in finetune(model, task, seed, LENGTHS[-1], max(steps, default=0)):
+            if done in steps:
+                row[tuned(how, done)] = evaluate(model, task, by_position=False)
     return row
 
 
@@ -183,7 +221,12 @@ def _job(args: tuple[str, int]) -> tuple[str, int, dict, float]:
 def run_sweep(seeds=SEEDS, processes: int = 1, verbose: bool = False) -> dict:
     """The whole sweep for `seeds`: {"seeds", ..., task: {variant: [evaluate() per seed]}},
     each (task, seed) trained independently (in `processes` worker processes)."""
-    result = {"seeds": list(seeds), "lengths": list(LENGTHS), "train": TRAIN, "finetune": FINETUNE}
+    result = {
+        "seeds": list(seeds),
+        "lengths": list(LENGTHS),
+        "train": TRAIN,
+        "finetune": {**FINETUNE, "steps": list(FINETUNE["steps"])},
+    }
     jobs = [(task, seed) for task in TASKS for seed in seeds]
     if processes > 1:
         import multiprocessing
@@ -218,17 +261,50 @@ def seed_interval(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return t_interval(acc, axis=0)
 
 
-def main() -> int:
+# what seed_claims needs trained for one seed: RoPE on both tasks, stretched without a fine-tune
+CLAIM_VARIANTS = ("rope", "rope + PI", "rope + base")
+
+
+def seed_claims(copy_back: dict, token_at: dict) -> dict[str, bool]:
+    """The claims notebook 10 states for every seed, on one seed's evaluations ({variant:
+    evaluate()} of each task, with at least CLAIM_VARIANTS): each must hold in every cached seed
+    and in a new one (tests/extrapolation/test_sweep.py trains one outside the cache)."""
+
+    def acc(row, variant):
+        return row[variant]["acc"]  # [L, 2L, 4L]
+
+    return {
+        "RoPE solves copy_back at L (accuracy >= 0.99)": acc(copy_back, "rope")[0] >= 0.99,
+        "position interpolation without a fine-tune: copy_back below 0.1 at L, 2L and 4L": max(
+            acc(copy_back, "rope + PI")
+        )
+        < 0.1,
+        "the larger base, without a fine-tune: copy_back at 4L above plain RoPE's": acc(
+            copy_back, "rope + base"
+        )[2]
+        > acc(copy_back, "rope")[2],
+        "the larger base lowers token_at at L below plain RoPE's": acc(token_at, "rope + base")[0]
+        < acc(token_at, "rope")[0],
+    }
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mha_lib.extrapolation.sweep")
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=SWEEP_FILE)
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    result = run_sweep(processes=2, verbose=True)
+    result = run_sweep(processes=args.processes, verbose=True)
     result["made by"] = "python -m mha_lib.extrapolation.sweep"
     result["torch"] = torch.__version__
     result["machine"] = platform.machine()
     result["cpu capability"] = torch.backends.cpu.get_cpu_capability()
     result["minutes"] = round((time.perf_counter() - t0) / 60, 1)
-    SWEEP_FILE.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {SWEEP_FILE} in {result['minutes']} min")
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out} in {result['minutes']} min")
     return 0
 
 

@@ -15,7 +15,14 @@ Neither can be solved without some position information beyond the causal mask, 
 what the causal mask itself reveals (a causal model without positions can still infer them,
 Haviv et al. 2022).
 
-Shapes: tokens (B, N) int64; targets (B, N) int64 with -1 where no loss is taken.
+With `start=True` every sequence begins with a start token (token V, outside the V random
+ones) before its N random tokens, as the sequences of a language model begin with one: the
+constructions by which a model without positions can still count (Kazemnejad et al. 2023) need
+such a token. Positions are then counted from the first random token, so the targets are the
+same tokens as without it.
+
+Shapes: tokens (B, N) int64, or (B, N + 1) with the start token; targets alike, -1 where no
+loss is taken.
 """
 
 from __future__ import annotations
@@ -30,8 +37,11 @@ K_BACK = 3  # copy_back's offset
 A_AT = 5  # token_at's position
 
 
-def batch(task: str, generator: torch.Generator, B: int, N: int, V: int) -> tuple[Tensor, Tensor]:
-    """(tokens (B, N), targets (B, N)) for `task`; targets -1 where there is nothing to predict."""
+def batch(
+    task: str, generator: torch.Generator, B: int, N: int, V: int, start: bool = False
+) -> tuple[Tensor, Tensor]:
+    """(tokens (B, N), targets (B, N)) for `task`; targets -1 where there is nothing to predict.
+    start: put the start token V first, (B, N + 1) each (the random tokens are the same)."""
     if task not in TASKS:
         raise ValueError(f"task = {task!r}; expected one of {TASKS}")
     x = torch.randint(0, V, (B, N), generator=generator)  # (B, N)
@@ -40,4 +50,7 @@ def batch(task: str, generator: torch.Generator, B: int, N: int, V: int) -> tupl
         y[:, K_BACK:] = x[:, :-K_BACK]
     else:
         y[:, A_AT:] = x[:, A_AT : A_AT + 1]
+    if start:
+        x = torch.cat([torch.full((B, 1), V), x], dim=1)  # (B, N + 1)
+        y = torch.cat([torch.full((B, 1), -1), y], dim=1)
     return x, y

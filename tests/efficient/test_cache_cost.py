@@ -4,7 +4,13 @@ the caches hold, and the published configurations with their sources."""
 import pytest
 
 from mha_lib.efficient import KVCache
-from mha_lib.efficient.cache_cost import MODELS, CacheConfig, cache_bytes, cache_numbers_per_token
+from mha_lib.efficient.cache_cost import (
+    MODELS,
+    CacheConfig,
+    beyond_native,
+    cache_bytes,
+    cache_numbers_per_token,
+)
 
 
 def test_kv_cache_nbytes_equals_the_formula():
@@ -23,3 +29,14 @@ def test_published_configurations():
     assert {m.attention for m in MODELS.values()} == {"MHA", "MQA", "GQA", "MLA"}
     with pytest.raises(ValueError, match="kind"):
         cache_numbers_per_token(CacheConfig("t", "test", 1, kind="other"))
+
+
+def test_native_contexts_mark_the_bills_beyond_them():
+    """Each model's native context comes with its source; 32k tokens exceed four of the six,
+    128k all but DeepSeek-V3 (163840 with YaRN)."""
+    for m in MODELS.values():
+        assert m.native_context is not None and str(m.native_context) in m.source, m.name
+    beyond = {n: [beyond_native(m, c) for c in (32_768, 131_072)] for n, m in MODELS.items()}
+    assert sum(b[0] for b in beyond.values()) == 4 and not beyond["Mistral-7B"][0]
+    assert [n for n, b in beyond.items() if not b[1]] == ["DeepSeek-V3"]
+    assert not beyond_native(CacheConfig("t", "test", 1), 10**9)  # unknown: never marked

@@ -23,9 +23,11 @@ pytest.importorskip(
 
 from mha_lib.efficient import flash_attention, hbm_bytes
 from mha_lib.efficient.triton_flash import (
+    BACKWARD_DESIGNS,
     DEVICE,
     INTERPRETED,
     KERNELS,
+    backward_cost,
     causal_key_end,
     causal_query_start,
     default_blocks,
@@ -237,6 +239,60 @@ def test_hbm_bytes_loads_the_tiles_the_kernel_visits(case, causal):
         hbm_bytes(N, M, d, "tiled", causal, block_q, block_k, b)
         == rest + tiles * 2 * block_k * d * b
     )
+
+
+@pytest.mark.parametrize("causal", CAUSALS)
+@pytest.mark.parametrize(
+    "case", [(64, 48, 16, 16), (53, 37, 16, 16), (37, 64, 32, 16), (40, 24, 16, 8)]
+)
+def test_backward_cost_counts_the_tiles_the_kernels_visit(case, causal):
+    """backward_cost against the kernels' own counts (`tiles_loaded`, from the tiles each
+    program counts), live rows and keys only: the split does 4 products per tile the dK/dV
+    kernel visits and 3 per tile the dQ kernel visits, FlashAttention-2's atomic design 5 per
+    tile of its key-parallel kernel (the dK/dV kernel's loop); bytes as the docstring lists
+    them, here added up tile by tile from the grid of visited tiles."""
+    N, M, block_q, block_k = case
+    d, e = 16, 2
+    rows = [min(block_q, N - s) for s in range(0, N, block_q)]  # live rows of each query block
+    keys = [min(block_k, M - s) for s in range(0, M, block_k)]  # live keys of each key block
+    visited = {
+        kernel: tiles_loaded(N, M, causal, block_q, block_k, kernel) > 0
+        for kernel in ("dkdv", "dq")
+    }
+    pairs = {
+        k: sum(rows[i] * keys[j] for (i, j), v in np.ndenumerate(g) if v)
+        for k, g in visited.items()
+    }
+    split = backward_cost(N, M, d, causal, block_q, block_k, "split", e)
+    atomic = backward_cost(N, M, d, causal, block_q, block_k, "atomic", e)
+    assert split["flops"] == 2 * d * (4 * pairs["dkdv"] + 3 * pairs["dq"])
+    assert atomic["flops"] == 2 * d * 5 * pairs["dkdv"]
+    assert split["exps"] == pairs["dkdv"] + pairs["dq"] and atomic["exps"] == pairs["dkdv"]
+    prepass = 2 * N * d * e + 4 * N
+    key_side = sum(4 * c * d * e for c in keys) + sum(
+        (2 * rows[i] * d * e + 8 * rows[i]) for (i, j), v in np.ndenumerate(visited["dkdv"]) if v
+    )
+    query_side = sum(3 * r * d * e + 8 * r for r in rows) + sum(
+        2 * keys[j] * d * e for (i, j), v in np.ndenumerate(visited["dq"]) if v
+    )
+    atomics = sum(8 * rows[i] * d for (i, j), v in np.ndenumerate(visited["dkdv"]) if v)
+    assert split["bytes"] == prepass + key_side + query_side
+    assert atomic["bytes"] == prepass + key_side + atomics + N * d * (4 + 4 + e)
+    assert split["launches"] == atomic["launches"] == 3
+
+
+def test_backward_cost_is_seven_products_against_five():
+    for causal in CAUSALS:
+        split, atomic = (backward_cost(256, 256, 64, causal, 64, 64, x) for x in BACKWARD_DESIGNS)
+        assert 5 * split["flops"] == 7 * atomic["flops"] and split["exps"] == 2 * atomic["exps"]
+    full = backward_cost(256, 256, 64, None, 64, 64, "atomic")
+    assert full["flops"] == 2.5 * 4 * 256 * 256 * 64  # the benchmark's count: 2.5 forwards
+    with pytest.raises(ValueError, match="design must be one of"):
+        backward_cost(64, 64, 16, design="fused")
+    with pytest.raises(ValueError, match="block_q must be a positive int; got 0"):
+        backward_cost(64, 64, 16, block_q=0)
+    with pytest.raises(ValueError, match="causal must be one of"):
+        backward_cost(64, 64, 16, causal="lower")
 
 
 @pytest.mark.parametrize(

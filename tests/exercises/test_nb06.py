@@ -1,13 +1,11 @@
 """The checkers of notebook 06 accept right answers and name the usual mistakes."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
 from mha_lib.exercises import check_induction_score, check_q_composition
-from mha_lib.exercises.nb06 import _composition_mistakes, _rank_d
+from mha_lib.exercises.nb06 import _composition_mistakes, _induction_mistakes, _rank_d, _weights
 from mha_lib.toy.circuits import induction_score, q_composition
 
 
@@ -77,6 +75,20 @@ def test_the_q_composition_mistakes_are_distinct_on_the_test_matrices():
     [
         (lambda W_QK, W_OV: fro(W_QK @ W_OV.T) / (fro(W_QK) * fro(W_OV)), "K-composition"),
         (lambda W_QK, W_OV: fro(W_QK @ W_OV) / (fro(W_QK) * fro(W_OV)), "wrong order"),
+        # the same number written as W_OVᵀ W_QKᵀ, or with the arguments taken as (W_OV, W_QK):
+        # the message names all three forms, not only W_QK @ W_OV
+        (lambda W_QK, W_OV: fro(W_OV.T @ W_QK.T) / (fro(W_QK) * fro(W_OV)), "W_OV.T @ W_QK.T"),
+        (lambda W_OV, W_QK: fro(W_OV @ W_QK) / (fro(W_QK) * fro(W_OV)), "arguments taken as"),
+        (
+            lambda W_QK, W_OV: (
+                np.linalg.norm(W_OV @ W_QK, "nuc")
+                / (np.linalg.norm(W_QK, "nuc") * np.linalg.norm(W_OV, "nuc"))
+            ),
+            "nuclear norm",
+        ),
+        (lambda W_QK, W_OV: fro(W_OV @ W_QK) / fro(W_QK), "divides by ‖W_QK‖_F only"),
+        (lambda W_QK, W_OV: fro(W_OV @ W_QK) / fro(W_OV), "divides by ‖W_OV‖_F only"),
+        (lambda W_QK, W_OV: (W_OV @ W_QK) / (fro(W_QK) * fro(W_OV)), "returns a (7, 7) matrix"),
         (lambda W_QK, W_OV: fro(W_OV @ W_QK), "not normalised"),
         (
             lambda W_QK, W_OV: (
@@ -126,6 +138,17 @@ def test_check_q_composition_rejects_mistakes(capsys, wrong, message):
 
 
 # induction_score --------------------------------------------------------------------------------
+
+
+def test_the_induction_mistakes_are_distinct_on_the_first_test_weights():
+    """Each mistake gives its own numbers on the first case (B = 2, h = 3, T = 5), so an answer
+    gets the message of its own mistake."""
+    A, T = _weights(10, 2, 3, 10), 5
+    rows = np.arange(T, 2 * T)
+    values = list(_induction_mistakes(A, T).values()) + [A[:, :, rows, rows - T + 1].mean((0, 2))]
+    for i, a in enumerate(values):
+        for b in values[i + 1 :]:
+            assert np.abs(a - b).max() > 1e-3
 
 
 def _ind(A, T, offset, start, stop):
@@ -178,6 +201,31 @@ def test_check_induction_score_accepts_correct_forms(capsys):
             lambda A, T: A[:, :, T:, :].mean(axis=(0, 2, 3)),
             "wrong values: expected per head, the mean of A[b, head, i, i - T + 1]",
         ),
+        (
+            lambda A, T: A[:, :, np.arange(T, 2 * T), np.arange(1, T + 1)].mean(axis=(0, 1)),
+            "average over the batch and the queries (axes 0 and 2)",
+        ),
+        (
+            lambda A, T: A[:, :, np.arange(T, 2 * T), np.arange(1, T + 1)].sum(axis=(0, 2)),
+            "it sums over the batch and the queries",
+        ),
+        (
+            lambda A, T: A[:, :, np.arange(T, 2 * T), np.arange(1, T + 1)].sum(axis=2).mean(0),
+            "it sums over the queries",
+        ),
+        (lambda A, T: _ind(A, T, 1 - T, T + 1, 2 * T), "starts at query T + 1"),
+        (
+            lambda A, T: np.diagonal(A, 1 - T, -2, -1).mean(axis=(0, 2)),
+            "it includes query T - 1",
+        ),
+        (
+            lambda A, T: np.diagonal(A, T - 1, -2, -1)[..., :T].mean(axis=(0, 2)),
+            "the offset has the wrong sign",
+        ),
+        (
+            lambda A, T: A[0][:, np.arange(T, 2 * T), np.arange(1, T + 1)].mean(axis=1),
+            "the first sequence only",
+        ),
         (lambda A, T: None, "not implemented"),
     ],
 )
@@ -185,8 +233,3 @@ def test_check_induction_score_rejects_mistakes(capsys, wrong, message):
     assert not check_induction_score(wrong)
     out = verdict(capsys)
     assert out.startswith("✗ induction_score:") and message in out
-
-
-# the notebook ------------------------------------------------------------------------------------
-
-ROOT = Path(__file__).resolve().parents[2]

@@ -215,6 +215,104 @@ def lse_stores_nothing(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):
     tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols)
 
 
+@triton.jit
+def lse_stores_at_out_ptr(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = -float("inf")
+    s = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    tl.store(out_ptr, m + tl.log(s))
+
+
+@triton.jit
+def lse_same_block(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = -float("inf")
+    s = 0.0
+    for start in range(0, n_cols, BLOCK):  # noqa: B007 (the mistake: start unused)
+        cols = tl.arange(0, BLOCK)  # start forgotten
+        x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    tl.store(out_ptr + row, m + tl.log(s))
+
+
+@triton.jit
+def lse_misses_last_block(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = -float("inf")
+    s = 0.0
+    for start in range(0, n_cols - BLOCK + 1, BLOCK):  # whole blocks only
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    tl.store(out_ptr + row, m + tl.log(s))
+
+
+@triton.jit
+def lse_old_max(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = -float("inf")
+    s = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m), axis=0)  # the old max
+        m = m_new
+    tl.store(out_ptr + row, m + tl.log(s))
+
+
+@triton.jit
+def lse_log2_of_sum(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = -float("inf")
+    s = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    tl.store(out_ptr + row, m + tl.log2(s))
+
+
+@triton.jit
+def lse_log_mean_exp(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = -float("inf")
+    s = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols, other=-float("inf"))
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    tl.store(out_ptr + row, m + tl.log(s / n_cols))
+
+
+@triton.jit
+def lse_mask_without_other(x_ptr, out_ptr, n_cols, stride_row, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    m = -float("inf")
+    s = 0.0
+    for start in range(0, n_cols, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        x = tl.load(x_ptr + row * stride_row + cols, mask=cols < n_cols)  # other left out
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        s = s * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
+        m = m_new
+    tl.store(out_ptr + row, m + tl.log(s))
+
+
 def lse_not_a_kernel(x_ptr, out_ptr, n_cols, stride_row, BLOCK):
     return None
 
@@ -233,6 +331,13 @@ def lse_not_a_kernel(x_ptr, out_ptr, n_cols, stride_row, BLOCK):
         (lse_mixed_bases, "base 2"),
         (lse_stores_nothing, "holds nothing"),
         (lse_not_a_kernel, "expected a @triton.jit kernel"),
+        (lse_stores_at_out_ptr, "only out_ptr[0] is written"),
+        (lse_same_block, "loads the same first block"),
+        (lse_misses_last_block, "misses the last, partial block"),
+        (lse_old_max, "the max from before the block"),
+        (lse_log2_of_sum, "mixes bases"),
+        (lse_log_mean_exp, "log-mean-exp"),
+        (lse_mask_without_other, "other=-float('inf')"),
     ],
 )
 def test_check_logsumexp_kernel_rejects_mistakes(capsys, wrong, message):
@@ -346,6 +451,19 @@ def _causal(rule):
         (
             _causal(lambda s, b, N, M, c: max(0, min(M, _last(s, b, N) + _off(N, M, c) + 1 + b))),
             "runs to key",
+        ),
+        (_causal(lambda s, b, N, M, c: max(0, min(M, s + _off(N, M, c) + 1))), "first row"),
+        (
+            _causal(lambda s, b, N, M, c: max(0, min(N, _last(s, b, N) + _off(N, M, c) + 1))),
+            "clamped to N",
+        ),
+        (  # bottom_right treated as no mask
+            lambda s, b, N, M, c: M if c != "top_left" else max(0, min(M, _last(s, b, N) + 1)),
+            "with bottom_right it visits every key block",
+        ),
+        (  # the offset M - N applied to top_left too: was "stops before the diagonal tile"
+            _causal(lambda s, b, N, M, c: max(0, min(M, _last(s, b, N) + M - N + 1))),
+            "top-left mask has no offset",
         ),
     ],
 )
@@ -469,7 +587,7 @@ def _unscaled(q_i, k_j, v_j, do_i, lse_i, delta_i):
         (tile_with(ds_of=lambda p, dp, t: dp - t[5][:, None]), "lacks the factor P"),
         (
             tile_with(ds_of=lambda p, dp, t: p * (dp - (p * dp).sum(-1, keepdim=True))),
-            "this tile's keys only",
+            "computed from this tile only",
         ),
         (tile_with(dv_of=lambda p, ds, t: ds.T @ t[3]), "dV takes the weights"),
         (tile_with(dp_of=lambda t: t[3] @ t[1].T), "dP = dO Vᵀ"),
@@ -481,9 +599,33 @@ def _unscaled(q_i, k_j, v_j, do_i, lse_i, delta_i):
         (tile_with(out=lambda dq, dk, dv: dq), "expected a tuple"),
         (tile_with(out=lambda dq, dk, dv: (dq.half(), dk.half(), dv.half())), "not float16"),
         (lambda *tile: None, "not implemented"),
+        (tile_with(p_of=lambda s, t: torch.exp(s * t[0].shape[-1] - t[4][:, None])), "by √d"),
+        (tile_with(out=lambda dq, dk, dv: (dq, dk * math.sqrt(12), dv)), "dK lacks the factor"),
+        (tile_with(out=lambda dq, dk, dv: (dq * math.sqrt(12), dk, dv)), "dQ lacks the factor"),
+        (tile_with(out=lambda dq, dk, dv: (dq, dk, dv / math.sqrt(12))), "dV is multiplied by"),
+        (  # D from the tile's own share of O: the same number as Σ_j P dP over the tile
+            tile_with(ds_of=lambda p, dp, t: p * (dp - (t[3] * (p @ t[2])).sum(-1, keepdim=True))),
+            "rowsum(dO ∘ P V_j)",
+        ),
+        (  # dP = dO V without the transpose: a matmul error, not the lse hint (issue 31)
+            tile_with(dp_of=lambda t: t[3] @ t[2]),
+            "a matrix product's shapes do not fit",
+        ),
+        (  # lse_i without [:, None]: fails on the 16 x 8 tile, not on a square one
+            tile_with(p_of=lambda s, t: torch.exp(s - t[4])),
+            "use them as lse_i[:, None]",
+        ),
     ],
 )
 def test_check_backward_tile_rejects_mistakes(capsys, wrong, message):
     assert not check_backward_tile(wrong)
     out = verdict(capsys)
     assert out.startswith("✗ backward_tile:") and message in out, out
+
+
+def test_the_matmul_error_gets_no_hint_about_lse(capsys):
+    """Issue 31: dP = dO V (no transpose) raised a matmul error and was told to use
+    lse_i[:, None], a mistake it did not make."""
+    assert not check_backward_tile(tile_with(dp_of=lambda t: t[3] @ t[2]))
+    out = verdict(capsys)
+    assert "lse_i[:, None]" not in out and "do not fit" in out, out

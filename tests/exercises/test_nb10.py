@@ -91,8 +91,37 @@ def rope_numpy(x, positions, interleaved):
     return x * np.cos(np.tile(theta, 2)) + rot * np.sin(np.tile(theta, 2))
 
 
+def rope_transformers_style(x, positions, interleaved, angle_layout=None, dtype=torch.float64):
+    """transformers' form: angles laid out per coordinate, x·cos + rotate(x)·sin. The angle
+    layout must match the pairing: cat([θ, θ]) for (i, i + d/2), θ repeated in place for
+    (2i, 2i + 1); angle_layout swaps it (a mix of the two conventions), dtype=torch.float32
+    computes the frequencies and angles as transformers does."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2, dtype=dtype) / d))
+    theta = positions[:, None].to(dtype) * inv_freq  # (N, d/2)
+    layout = ("meta" if interleaved else "hf") if angle_layout is None else angle_layout
+    per_coord = theta.repeat_interleave(2, -1) if layout == "meta" else torch.cat([theta] * 2, -1)
+    if interleaved:
+        turned = torch.stack([-x[:, 1::2], x[:, 0::2]], -1).flatten(-2)
+    else:
+        turned = torch.cat([-x[:, d // 2 :], x[:, : d // 2]], -1)
+    return x * per_coord.cos() + turned * per_coord.sin()
+
+
+def rope_in_float32(x, positions, interleaved):
+    """Right in float32, then handed back as float32."""
+    return rope_transformers_style(x.float(), positions, interleaved, dtype=torch.float32)
+
+
 @pytest.mark.parametrize(
-    "fn", [make_rope(), rope_complex, rope_numpy, lambda x, p, i: rope(x, p, interleaved=i)]
+    "fn",
+    [
+        make_rope(),
+        rope_complex,
+        rope_numpy,
+        rope_transformers_style,
+        lambda x, p, i: rope(x, p, interleaved=i),
+    ],
 )
 def test_check_rope_accepts_correct_forms(capsys, fn):
     assert check_rope(fn)
@@ -112,6 +141,19 @@ def test_check_rope_accepts_correct_forms(capsys, fn):
         (make_rope(no_position=True), "forgets the position"),
         (lambda x, p, i: x, "returns x unchanged"),
         (lambda x, p, i: None, "not implemented yet"),
+        (
+            lambda x, p, i: rope_transformers_style(x, p, i, dtype=torch.float32),
+            "the angles are computed in float32",
+        ),
+        (rope_in_float32, "the result is rounded to float32"),
+        (
+            lambda x, p, i: rope_transformers_style(x, p, i, "meta" if not i else "hf"),
+            "it mixes the two layouts: it pairs (i, i + d/2)",
+        ),
+        (
+            lambda x, p, i: rope_transformers_style(x, p, i, "hf"),
+            "it mixes the two layouts: it pairs (2i, 2i + 1)",
+        ),
     ],
 )
 def test_check_rope_names_the_mistake(capsys, fn, words):
@@ -159,6 +201,14 @@ def table_relative(q, k, N):
     return S
 
 
+def table_interleaved(q, k, N):
+    pos = torch.arange(N)
+    return (
+        rope(q.expand(N, -1), pos, interleaved=True)
+        @ rope(k.expand(N, -1), pos, interleaved=True).T
+    )
+
+
 @pytest.mark.parametrize("fn", [table(), table_loop, table_relative])
 def test_check_score_table_accepts_correct_forms(capsys, fn):
     assert check_score_table(fn)
@@ -175,6 +225,7 @@ def test_check_score_table_accepts_correct_forms(capsys, fn):
         (table(scale=8**-0.5), "scaled by 1/√d"),
         (table(mixed=True), "different layouts"),
         (table(k_back=True), "m + n"),
+        (table_interleaved, "the interleaved layout"),
     ],
 )
 def test_check_score_table_names_the_mistake(capsys, fn, words):
@@ -218,6 +269,22 @@ def decode_double_in_place(q, k, v, cache, t):
     return F.scaled_dot_product_attention(rope(q, at(t)), cache.k[:, :, :m], cache.v[:, :, :m])
 
 
+def decode_top_left(q, k, v, cache, t):
+    """08's lesson missed: one query, m keys, is_causal=True (SDPA's mask is top-left)."""
+    keys, values = cache.append(rope(k, at(t)), v)
+    return F.scaled_dot_product_attention(rope(q, at(t)), keys, values, is_causal=True)
+
+
+def decode_by_hand_unscaled(scale):
+    def fn(q, k, v, cache, t):
+        keys, values = cache.append(rope(k, at(t)), v)
+        s = rope(q, at(t)) @ keys.transpose(-1, -2)
+        s = s / q.shape[-1] if scale == "d" else s * scale
+        return torch.softmax(s, -1) @ values
+
+    return fn
+
+
 def decode_shifted(q, k, v, cache, t):
     """Every position shifted by the same constant: no score changes."""
     return cached_attention(rope(q, at(t + 7)), rope(k, at(t + 7)), v, cache)
@@ -253,6 +320,13 @@ def test_check_decode_step_accepts_correct_forms(capsys, fn):
             "never appended",
         ),
         (lambda q, k, v, c, t: None, "not implemented yet"),
+        (decode_top_left, "is_causal=True with one query"),
+        (
+            lambda q, k, v, c, t: cached_attention(rope(q, at(0)), rope(k, at(t)), v, c),
+            "rotated at position 0, its index in a chunk of one",
+        ),
+        (decode_by_hand_unscaled(1.0), "not divided by √d"),
+        (decode_by_hand_unscaled("d"), "divided by d, not by √d"),
     ],
 )
 def test_check_decode_step_names_the_mistake(capsys, fn, words):
@@ -284,6 +358,15 @@ def interval(ddof=1, q=None, sqrt=True, power=1, axis=0, width=1.0, t_dof=-1):
     return fn
 
 
+def interval_as(convention):
+    """The right interval, returned in another convention: convention(mean, half) -> pair."""
+
+    def fn(acc):
+        return convention(*interval()(acc))
+
+    return fn
+
+
 def interval_torch(acc):
     a = torch.tensor(acc)
     s = a.shape[0]
@@ -308,6 +391,10 @@ def test_check_seed_interval_accepts_correct_forms(capsys, fn):
         (interval(width=2.0), "whole width"),
         (interval(axis=1), "wrong axis"),
         (lambda acc: acc.mean(0), "expected a pair"),
+        (interval_as(lambda m, h: (m - h, m + h)), "it returns (low, high)"),
+        (interval(q=2.776), "2.776, the quantile for 5 seeds"),
+        (interval_as(lambda m, h: (h, m)), "it returns (half_width, mean)"),
+        (interval_as(lambda m, h: (m, (m - h, m + h))), "its second element is (low, high)"),
     ],
 )
 def test_check_seed_interval_names_the_mistake(capsys, fn, words):

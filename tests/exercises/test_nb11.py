@@ -5,7 +5,13 @@ import pytest
 import torch
 
 from mha_lib.efficient.sink_cache import slot_of
-from mha_lib.exercises.nb11 import check_absorb_key, check_cache_bytes, check_sink_slot
+from mha_lib.exercises.nb11 import (
+    check_absorb_key,
+    check_absorb_rotated,
+    check_cache_bytes,
+    check_sink_slot,
+)
+from mha_lib.positions import rope
 
 
 def verdict(capsys) -> str:
@@ -89,10 +95,14 @@ ABSORB_WRONG = [
         lambda q, W: absorb_einsum(q, W) / np.linalg.norm(absorb_einsum(q, W), axis=-1)[:, None],
         "normalises",
     ),
-    (lambda q, W: q * 1.0, "key space"),
+    (lambda q, W: q * 1.0, "returns q_nope unchanged"),
     (lambda q, W: np.einsum("hd,dr->hr", q, W.sum(0)), "adds the heads' up-projections"),
     (lambda q, W: absorb_einsum(q, W) + 1, "wrong values"),
     (lambda q, W: np.einsum("hd,hdr->rh", q, W), "expected shape"),
+    (lambda q, W: np.einsum("hd,hdr->hd", q, W), "sums over the latent axis r"),
+    (lambda q, W: q @ W, "q_nope @ W_UK broadcasts"),
+    (lambda q, W: q * 2.0, "the shape of q_nope"),
+    (lambda q, W: np.einsum("hd,hrd->hr", q, W.reshape(3, 6, 4)), "reshapes W_UK[i]"),
 ]
 
 
@@ -101,6 +111,79 @@ def test_absorb_key_names_the_mistake(capsys, fn, words):
     assert not check_absorb_key(fn)
     out = verdict(capsys)
     assert out.startswith("✗ absorb_key:") and words in out, out
+
+
+# absorb_rotated ---------------------------------------------------------------------------------
+
+
+def rotated_rope(q, W, t, j):
+    """mha_lib's rope at the offset t - j, then W_UKᵀ."""
+    q = torch.as_tensor(q)[None]  # (1, d)
+    return (rope(q, torch.tensor([t - j]), interleaved=True)[0] @ torch.as_tensor(W)).numpy()
+
+
+def rotated_probe(q, W, t, j):
+    """The investigation's route: q_lat[k] is the score against the unit latent e_k, whose key
+    is rope(W_UK[:, k], j)."""
+    q_t = rope(torch.as_tensor(q)[None], torch.tensor([t]), interleaved=True)[0]  # (d,)
+    r = W.shape[1]
+    keys = rope(torch.as_tensor(W).T.contiguous(), torch.full((r,), j), interleaved=True)  # (r, d)
+    return keys @ q_t
+
+
+def rotation_matrix(p, d):
+    M = np.zeros((d, d))
+    for i in range(d // 2):
+        a = p * 10000.0 ** (-2 * i / d)
+        M[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = [[np.cos(a), -np.sin(a)], [np.sin(a), np.cos(a)]]
+    return M
+
+
+def rotated_matrices(q, W, t, j):
+    d = q.shape[0]
+    return W.T @ rotation_matrix(j, d).T @ rotation_matrix(t, d) @ q
+
+
+@pytest.mark.parametrize("fn", [rotated_rope, rotated_probe, rotated_matrices])
+def test_absorb_rotated_accepts_correct_forms(capsys, fn):
+    assert check_absorb_rotated(fn)
+    assert "✓ absorb_rotated: correct" in verdict(capsys)
+
+
+def with_rotation(p, latent_side=False, half_split=False):
+    def fn(q, W, t, j):
+        d = q.shape[0]
+        if half_split:
+            perm = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], -1).ravel()
+            inv = np.argsort(perm)
+            R = rotation_matrix(p(t, j), d)[np.ix_(inv, inv)]
+            return W.T @ R @ q
+        if latent_side:
+            return rotation_matrix(p(t, j), W.shape[1]) @ (W.T @ q)
+        return W.T @ rotation_matrix(p(t, j), d) @ q
+
+    return fn
+
+
+ROTATED_WRONG = [
+    (lambda q, W, t, j: W.T @ q, "as if nothing were rotated"),
+    (with_rotation(lambda t, j: t), "forgets the key's rotation"),
+    (with_rotation(lambda t, j: j), "rotates by the key's position j"),
+    (with_rotation(lambda t, j: t + j), "rotates by t + j"),
+    (with_rotation(lambda t, j: j - t), "rotates the wrong way"),
+    (with_rotation(lambda t, j: t - j, latent_side=True), "in the latent space"),
+    (with_rotation(lambda t, j: t - j, half_split=True), "half-split layout"),
+    (lambda q, W, t, j: rotation_matrix(t - j, q.shape[0]) @ q, "shape (d,)"),
+    (lambda q, W, t, j: 2 * W.T @ rotation_matrix(t - j, q.shape[0]) @ q, "wrong values"),
+    (lambda q, W, t, j: None, "not implemented"),
+]
+
+
+@pytest.mark.parametrize("fn, words", ROTATED_WRONG)
+def test_absorb_rotated_names_the_mistake(capsys, fn, words):
+    assert not check_absorb_rotated(fn)
+    out = verdict(capsys)
+    assert out.startswith("✗ absorb_rotated:") and words in out, out
 
 
 # sink_slot --------------------------------------------------------------------------------------

@@ -1,37 +1,67 @@
 """The cached sweep of notebook 10 (`mha_lib/data/nb10_extrapolation.json`) is what
-`python -m mha_lib.extrapolation.sweep` makes. The whole sweep takes minutes; this test
-regenerates `TEST_SUBSET` (seed 0 of copy_back: sinusoidal, RoPE, RoPE + PI without and with
-its fine-tune, under a minute on one core) and compares its accuracies at L, 2L and 4L with the
-cached ones. Training trajectories differ in their last bits from one processor to another, so
-the comparison allows 0.05 (on about 7000 to 32000 predictions per number; under torch's generic
-kernels, ATEN_CPU_CAPABILITY=default, the largest difference measured was 0.008)."""
+`python -m mha_lib.extrapolation.sweep` makes, and a seed outside it meets the claims notebook
+10 states for every seed.
+
+Regeneration: the whole sweep takes about half an hour of one core; this retrains `TEST_SUBSET`
+(seed 0 of copy_back: one RoPE model, evaluated as trained, with position interpolation and with
+the larger base, about 15 s) and compares its accuracies at L, 2L and 4L with the cached ones.
+Training trajectories differ in their last bits from one processor to another, so the
+comparison allows 0.05 (on about 7000 to 32000 predictions per number; under torch's generic
+kernels, ATEN_CPU_CAPABILITY=default, the largest difference measured was 0.008).
+
+A new seed: `test_a_new_seed_meets_the_claims_stated_for_every_seed` trains seed 100 (the cache
+has 0 .. 9) of RoPE on both tasks, about 30 s, and checks `sweep.seed_claims`, every claim the
+notebook states in a form one seed must satisfy. The notebook's other claims are proportions or
+means over the 10 seeds, which one new seed cannot test: how many seeds reach an accuracy
+(sinusoidal, learned and RoPE solving copy_back at L; the fine-tuned variants at each step of the
+fine-tune curve), the mean accuracies with their t-intervals (NoPE, ALiBi, NoPE with a start
+token, RoPE on token_at, the learned table beyond L, the larger base's loss on token_at), and
+the orderings said to hold in k of n seeds.
+"""
 
 import numpy as np
 import pytest
 import torch
 
 from mha_lib.extrapolation.sweep import (
+    CLAIM_VARIANTS,
+    FINETUNE,
     LENGTHS,
     SEEDS,
+    STRETCHED,
     SWEEP_FILE,
     TEST_SUBSET,
+    WITH_START,
     load_sweep,
     one_seed,
+    seed_claims,
     summary,
+    tuned,
     variants,
 )
 
 
 def test_the_cached_sweep_has_every_seed_and_variant_and_says_where_it_came_from():
     sweep = load_sweep()
-    assert sweep["seeds"] == list(SEEDS) and len(SEEDS) >= 5
+    assert sweep["seeds"] == list(SEEDS) and len(SEEDS) >= 10
     assert sweep["made by"] == "python -m mha_lib.extrapolation.sweep"
     assert sweep["lengths"] == list(LENGTHS)
+    assert sweep["finetune"]["steps"] == list(FINETUNE["steps"])
     for task in ("copy_back", "token_at"):
         for variant in variants():
             acc = summary(sweep, task, variant)
             assert acc.shape == (len(SEEDS), 3) and ((0 <= acc) & (acc <= 1)).all()
-            assert len(sweep[task][variant][0]["by position"]) == LENGTHS[-1]
+        for scheme in ("nope", "sinusoidal", "learned", "alibi", "rope", WITH_START):
+            assert len(sweep[task][scheme][0]["by position"]) == LENGTHS[-1]
+
+
+def test_variant_names_cover_every_stretch_and_fine_tune_step():
+    names = variants()
+    assert WITH_START in names and len(names) == len(set(names))
+    for how in STRETCHED:
+        assert all(tuned(how, n) in names for n in FINETUNE["steps"])
+    with pytest.raises(ValueError, match="unknown variants"):
+        one_seed("copy_back", 0, ("rope + yarn",))
 
 
 @pytest.mark.skipif(not SWEEP_FILE.exists(), reason="no cached sweep")
@@ -44,3 +74,24 @@ def test_regenerating_a_seed_gives_the_cached_accuracies_within_a_margin():
     for variant in only:
         a, b = np.array(fresh[variant]["acc"]), np.array(cached[variant][i]["acc"])
         assert np.abs(a - b).max() <= 0.05, (variant, a, b)
+
+
+def test_every_cached_seed_meets_the_claims_stated_for_every_seed():
+    sweep = load_sweep()
+    for i, seed in enumerate(sweep["seeds"]):
+        rows = [
+            {v: sweep[task][v][i] for v in CLAIM_VARIANTS} for task in ("copy_back", "token_at")
+        ]
+        failed = [claim for claim, ok in seed_claims(*rows).items() if not ok]
+        assert not failed, (seed, failed)
+
+
+NEW_SEED = 100  # outside the cache's SEEDS
+
+
+def test_a_new_seed_meets_the_claims_stated_for_every_seed():
+    assert NEW_SEED not in SEEDS
+    torch.set_num_threads(1)
+    rows = [one_seed(task, NEW_SEED, CLAIM_VARIANTS) for task in ("copy_back", "token_at")]
+    failed = [claim for claim, ok in seed_claims(*rows).items() if not ok]
+    assert not failed, failed
