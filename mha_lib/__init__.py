@@ -27,7 +27,10 @@ One package per later part, each importing the core and never imported by it:
 - `extrapolation/`: how far each position scheme extrapolates, over seeds
   (notebook 10);
 - `llm/`: a real language model, SmolLM2-135M, read from its GGUF file and run on
-  the series' own attention (notebook 12).
+  the series' own attention (notebook 12);
+- `distributed/`: attention across processes with `torch.distributed`: the
+  collectives, heads split over ranks (tensor parallelism, SmolLM2 sharded over
+  three processes), a sequence split over a ring (ring attention) (notebook 14).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
 numpy|torch|efficient|triton|rope|mla|llm|binder`), `data` (cached sweeps, read with
 `importlib.resources`).

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "mha_lib"
 CORE = ["attention", "multihead", "pytorch", "block", "conv", "positions"]
 SHARED = ["plot", "diagrams", "example", "stats", "testing", "runtime", "_checks"]
-PARTS = ["pretrained", "toy", "efficient", "extrapolation", "llm"]
+PARTS = ["pretrained", "toy", "efficient", "extrapolation", "llm", "distributed"]
 TOOLS = ["exercises", "bench", "data"]
 
 

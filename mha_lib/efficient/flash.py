@@ -138,6 +138,14 @@ def _check_inputs(q, k, v, is_causal, block_q, block_k, mask_mod=None, stats=Non
         raise TypeError(f"stats must be a TileStats or None; got {type(stats).__name__}")
 
 
+def _broadcasts(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether `shape` broadcasts to `target` (torch.broadcast_shapes would import sympy, 35 MB
+    more in every process that calls it once)."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(reversed(shape), reversed(target)))
+
+
 def _tile_mask(mask_mod, B: int, h: int, i0: int, i1: int, j0: int, j1: int, device):
     """The mask_mod on one tile: (skip, blocked).
 
@@ -155,13 +163,11 @@ def _tile_mask(mask_mod, B: int, h: int, i0: int, i1: int, j0: int, j1: int, dev
     if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
         got = allowed.dtype if isinstance(allowed, Tensor) else type(allowed).__name__
         raise TypeError(f"mask_mod must return a bool tensor (True = may attend); got {got}")
-    try:
-        torch.broadcast_shapes(allowed.shape, (B, h, i1 - i0, j1 - j0))
-    except RuntimeError:
+    if not _broadcasts(tuple(allowed.shape), (B, h, i1 - i0, j1 - j0)):
         raise ValueError(
             f"mask_mod returned shape {tuple(allowed.shape)} on a tile; expected one that "
             f"broadcasts to (B, h, b_q, b_k) = {(B, h, i1 - i0, j1 - j0)}"
-        ) from None
+        )
     if not allowed.any():
         return True, None
     if allowed.all():

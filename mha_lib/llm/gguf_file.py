@@ -23,6 +23,8 @@ What it holds:
 - `GGUFFile(path)`: the file opened for reading (a context manager: `close()` drops the
   memory map), with `value(key)`, `metadata()`, `tensors` (a `TensorInfo` per name) and
   `read(name, rows=None, cols=None)` -> float32 torch tensor in torch's (out, in) layout;
+  `GGUFFile(path, skip_arrays=True)` opens it without parsing the metadata's arrays (the
+  vocabulary and the merges), in milliseconds: what each process of notebook 14 does;
 - `QUANT_FORMATS`, `bits_per_weight(qtype)`, `stored_bytes(num_weights, qtype)`: the
   formats' sizes, for the bytes of a model at each of them.
 Imports numpy, torch and gguf.
@@ -31,6 +33,7 @@ Imports numpy, torch and gguf.
 from __future__ import annotations
 
 import importlib.util
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +47,7 @@ __all__ = [
     "MODEL_SHA256",
     "QUANT_FORMATS",
     "GGUFFile",
+    "SkippedArray",
     "TensorInfo",
     "bits_per_weight",
     "find_model_file",
@@ -114,6 +118,13 @@ class TensorInfo:
         return 8 * self.nbytes / self.num_weights
 
 
+@dataclass(frozen=True)
+class SkippedArray:
+    """A metadata array that `GGUFFile(path, skip_arrays=True)` stepped over: its length only."""
+
+    count: int
+
+
 class GGUFFile:
     """A GGUF file opened for reading.
 
@@ -123,29 +134,43 @@ class GGUFFile:
     GGUF stores a matrix's shape innermost first (ne0 = columns); `TensorInfo.shape` and
     `read` use torch's order (rows, cols): an nn.Linear weight (out_features, in_features).
     Use it as a context manager, or call `close()`, to drop the memory map.
+
+    skip_arrays=True: the header is read here, directly, and every array of the metadata is
+    stepped over (for SmolLM2 the vocabulary, its scores and types and the merges, 98 000
+    strings, which gguf's reader parses into 200 000 numpy arrays: 2 s and 160 MB). The
+    tensor table and the scalar values are the same; `value` of an array raises. A process
+    that needs the weights only, such as each rank of notebook 14, opens the file so.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, skip_arrays: bool = False) -> None:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no GGUF file at {path}: {INSTALL_HINT}")
         self.path = path
+        self._reader: GGUFReader | None = None
+        self._values: dict[str, object] | None = None  # skip_arrays: the values read here
         try:
-            reader = GGUFReader(path)
+            if skip_arrays:
+                self._values, table, self._data = _read_header(np.memmap(path, mode="r"))
+            else:
+                self._reader = GGUFReader(path)
+                table = [
+                    (t.name, t.tensor_type.name, t.shape.tolist(), int(t.n_bytes))
+                    for t in self._reader.tensors
+                ]
+                self._data = {t.name: t.data for t in self._reader.tensors}
         except Exception as exc:  # a truncated or foreign file fails anywhere in the parse
             raise ValueError(
                 f"{path} is not a readable GGUF file (truncated or corrupted?): "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        self._reader = reader
-        self._tensors = {t.name: t for t in reader.tensors}
+        self._closed = False
         self.tensors: dict[str, TensorInfo] = {}
-        for t in reader.tensors:
-            qtype = t.tensor_type.name
-            shape = tuple(int(n) for n in reversed(t.shape.tolist()))  # (rows, cols)
-            if t.data.nbytes != t.n_bytes:  # the reader's slice of the file came up short
-                raise ValueError(f"{path} is truncated: tensor {t.name} lacks data")
-            self.tensors[t.name] = TensorInfo(t.name, qtype, shape, int(t.n_bytes))
+        for name, qtype, dims, nbytes in table:
+            shape = tuple(int(n) for n in reversed(dims))  # (rows, cols)
+            if self._data[name].nbytes != nbytes:  # the slice of the file came up short
+                raise ValueError(f"{path} is truncated: tensor {name} lacks data")
+            self.tensors[name] = TensorInfo(name, qtype, shape, nbytes)
 
     def __enter__(self) -> GGUFFile:
         return self
@@ -155,29 +180,51 @@ class GGUFFile:
 
     def close(self) -> None:
         """Drop the reader and its memory map of the file."""
-        self._reader = None
-        self._tensors = {}
+        self._reader, self._values, self._data = None, None, {}
+        self._closed = True
 
-    def _open(self) -> GGUFReader:
-        if self._reader is None:
+    def _open(self) -> GGUFReader | None:
+        """The reader (None when opened with skip_arrays); raises once the file is closed."""
+        if self._closed:
             raise ValueError(f"{self.path} was closed; open it again with GGUFFile(path)")
         return self._reader
 
     def keys(self) -> list[str]:
         """The metadata keys, in the file's order."""
-        return [k for k in self._open().fields if not k.startswith("GGUF.")]
+        reader = self._open()
+        if reader is None:
+            return list(self._values)
+        return [k for k in reader.fields if not k.startswith("GGUF.")]
 
     def value(self, key: str):
         """The value stored under key: a number, string, bool, or a list of them."""
-        field = self._open().get_field(key)
+        reader = self._open()
+        if reader is None:
+            if key not in self._values:
+                raise KeyError(f"{self.path.name} has no metadata key {key!r}")
+            value = self._values[key]
+            if isinstance(value, SkippedArray):
+                raise ValueError(
+                    f"{key} is an array of {value.count} items, skipped: the file was opened "
+                    "with skip_arrays=True; open it with GGUFFile(path) to read its arrays"
+                )
+            return value
+        field = reader.get_field(key)
         if field is None:
             raise KeyError(f"{self.path.name} has no metadata key {key!r}")
         return field.contents()
 
     def metadata(self, max_items: int = 8) -> dict[str, object]:
-        """Every metadata key with its value; a list longer than max_items as '[n items]'."""
+        """Every metadata key with its value; a list longer than max_items as '[n items]'
+        (with skip_arrays, every list)."""
+        reader = self._open()
+        if reader is None:
+            return {
+                key: f"[{v.count} items]" if isinstance(v, SkippedArray) else v
+                for key, v in self._values.items()
+            }
         out = {}
-        for key, field in self._open().fields.items():
+        for key, field in reader.fields.items():
             if key.startswith("GGUF."):
                 continue
             if (
@@ -193,9 +240,9 @@ class GGUFFile:
     def raw(self, name: str) -> np.ndarray:
         """The stored bytes (or numbers, for F32/F16) of tensor name: a read-only view."""
         self._open()
-        if name not in self._tensors:
+        if name not in self._data:
             raise KeyError(f"{self.path.name} has no tensor {name!r}")
-        return self._tensors[name].data
+        return self._data[name]
 
     def read(
         self,
@@ -252,3 +299,101 @@ def _check_range(span, size: int, what: str, name: str, block: int) -> tuple[int
             f"weights: expected start and stop multiples of {block}"
         )
     return span
+
+
+# ------------------------------------------------------------------------- the header, read here
+
+# the metadata's scalar types (GGUF's value types 0-7 and 10-12), little-endian
+_SCALARS = {
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
+}
+# the tensor types stored as plain numbers (the others as blocks of bytes), as gguf's reader
+_NUMBERS = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8,
+            "I16": np.int16, "I32": np.int32, "I64": np.int64}  # fmt: skip
+DEFAULT_ALIGNMENT = 32  # where the tensors' data starts, unless general.alignment says
+
+
+class _Cursor:
+    """Reads the header's fields in order: a position in the file's bytes."""
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data, self.at = data, 0
+
+    def unpack(self, fmt: str):
+        values = struct.unpack_from(fmt, self.data, self.at)  # struct.error past the end
+        self.at += struct.calcsize(fmt)
+        return values[0] if len(values) == 1 else values
+
+    def string(self) -> str:
+        n = self.unpack("<Q")  # a string: its length in bytes, then the bytes (UTF-8)
+        if self.at + n > len(self.data):
+            raise EOFError("a string runs past the end of the file")
+        self.at += n
+        return bytes(self.data[self.at - n : self.at]).decode("utf-8")
+
+    def value(self, kind: int):
+        """A metadata value of type kind; an array is stepped over (SkippedArray)."""
+        kind = GGUFValueType(kind)
+        if kind == GGUFValueType.STRING:
+            return self.string()
+        if kind != GGUFValueType.ARRAY:
+            return self.unpack(_SCALARS[kind])
+        item, count = GGUFValueType(self.unpack("<I")), self.unpack("<Q")
+        if item == GGUFValueType.STRING:
+            for _ in range(count):  # each string: its length, then its bytes
+                length = self.unpack("<Q")
+                self.at += length
+        elif item in _SCALARS:
+            self.at += count * struct.calcsize(_SCALARS[item])
+        else:
+            raise ValueError(f"an array of {item.name} in the metadata is not read here")
+        return SkippedArray(int(count))
+
+
+def _read_header(data: np.ndarray) -> tuple[dict, list, dict]:
+    """(values, table, views) of the file mapped as bytes in data: the metadata's values
+    (arrays stepped over), the tensor table [(name, qtype, dims innermost first, nbytes)] and
+    each tensor's bytes as a view, laid out as gguf's reader lays them out."""
+    at = _Cursor(data)
+    magic, version, n_tensors, n_values = at.unpack("<4sIQQ")
+    if magic != b"GGUF":
+        raise ValueError(f"the file starts with {magic!r}, not b'GGUF'")
+    if version not in (2, 3):
+        raise ValueError(f"GGUF version {version}; expected 2 or 3 (little-endian)")
+    values = {}
+    for _ in range(n_values):
+        key = at.string()
+        values[key] = at.value(at.unpack("<I"))
+    table = []
+    for _ in range(n_tensors):
+        name = at.string()
+        dims = [at.unpack("<Q") for _ in range(at.unpack("<I"))]  # innermost first
+        qtype = GGMLQuantizationType(at.unpack("<I")).name
+        offset = at.unpack("<Q")  # from the start of the data
+        table.append((name, qtype, dims, offset))
+    alignment = values.get("general.alignment", DEFAULT_ALIGNMENT)
+    start = -(-at.at // alignment) * alignment  # the data starts on the next aligned byte
+    entries, views = [], {}
+    for name, qtype, dims, offset in table:
+        shape = tuple(reversed(dims))  # numpy's order, innermost last
+        block, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[qtype]]
+        size = int(np.prod(dims)) * nbytes // block
+        part = data[start + offset : start + offset + size]
+        if len(part) == size:  # (shorter in a truncated file: GGUFFile names the tensor)
+            if qtype in _NUMBERS:
+                part = part.view(_NUMBERS[qtype]).reshape(shape)
+            else:  # blocks of bytes: each row holds cols / block blocks of nbytes bytes
+                part = part.reshape(*shape[:-1], shape[-1] // block * nbytes)
+        views[name] = part
+        entries.append((name, qtype, dims, size))
+    return values, entries, views

@@ -1,5 +1,6 @@
 """mha_lib.llm.gguf_file: the metadata, the tensor table, the block formats, reading parts of a
-matrix, and clear errors for files that cannot be read."""
+matrix, and clear errors for files that cannot be read; the header read directly (skip_arrays)
+gives the same table, values and bytes as gguf's reader."""
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from mha_lib.llm.gguf_file import (
     MODEL_FILE,
     QUANT_FORMATS,
     GGUFFile,
+    SkippedArray,
     bits_per_weight,
     find_model_file,
     stored_bytes,
@@ -58,6 +60,33 @@ def test_tensor_table(real):
         assert t.nbytes == stored_bytes(t.num_weights, t.qtype)
 
 
+def test_skip_arrays_gives_the_same_table_values_and_bytes(real):
+    light = GGUFFile(find_model_file(), skip_arrays=True)
+    assert light.keys() == real.keys() and light.tensors == real.tensors
+    for key in real.keys():
+        value = light._values[key]
+        if isinstance(value, SkippedArray):
+            assert value.count == len(real.value(key)), key
+        else:
+            assert value == real.value(key) and type(value) is type(real.value(key)), key
+    skipped = [k for k, v in light._values.items() if isinstance(v, SkippedArray)]
+    assert {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"} <= set(skipped)
+    for name in real.tensors:
+        ours, theirs = light.raw(name), real.raw(name)
+        assert (ours.dtype, ours.shape) == (theirs.dtype, theirs.shape), name
+        assert np.array_equal(ours, theirs), name
+    assert light.metadata()["tokenizer.ggml.tokens"] == "[49152 items]"
+    assert light.metadata()["llama.block_count"] == 30
+    with pytest.raises(ValueError, match=r"tokenizer\.ggml\.merges is an array of 48900 items, "
+                       "skipped: the file was opened with skip_arrays=True"):  # fmt: skip
+        light.value("tokenizer.ggml.merges")
+    with pytest.raises(KeyError, match=r"no metadata key 'llama\.nothing'"):
+        light.value("llama.nothing")
+    light.close()
+    with pytest.raises(ValueError, match="was closed"):
+        light.value("llama.block_count")
+
+
 def test_bits_per_weight_of_each_format():
     assert bits_per_weight("F32") == 32 and bits_per_weight("F16") == 16
     assert bits_per_weight("Q8_0") == 8.5 and bits_per_weight("Q4_1") == 5
@@ -97,13 +126,17 @@ def test_a_norm_is_read_as_float32(real):
     assert_close(w.numpy(), np.asarray(real.raw("blk.0.attn_norm.weight")), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("skip_arrays", [False, True])
 @pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "F16", "BF16", "F32"])
-def test_every_supported_format_reads_back(tmp_path, qtype):
+def test_every_supported_format_reads_back(tmp_path, qtype, skip_arrays):
     import gguf
 
     a = np.random.default_rng(0).normal(size=(5, 96)).astype(np.float32)
     kind = GGMLQuantizationType[qtype]
     w = gguf.GGUFWriter(tmp_path / "t.gguf", "llama")
+    w.add_array("numbers", [1.5, 2.5, 3.5])  # arrays of each kind, before the tensors
+    w.add_array("words", ["a", "bc", ""])
+    w.add_uint16("small", 7)
     if qtype == "F32":
         w.add_tensor("x", a)
     else:
@@ -112,8 +145,10 @@ def test_every_supported_format_reads_back(tmp_path, qtype):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with GGUFFile(tmp_path / "t.gguf") as f:
+    with GGUFFile(tmp_path / "t.gguf", skip_arrays=skip_arrays) as f:
         assert f.tensors["x"].shape == (5, 96) and f.tensors["x"].qtype == qtype
+        words = "[3 items]" if skip_arrays else ["a", "bc", ""]
+        assert f.value("small") == 7 and f.metadata()["words"] == words
         expected = dequantize(quantize(a, kind), kind) if qtype != "F32" else a
         assert_close(f.read("x").numpy(), expected, rtol=0, atol=0)
         assert_close(f.read("x", rows=(1, 3), cols=(32, 96)).numpy(), expected[1:3, 32:], rtol=0,
@@ -136,15 +171,17 @@ def test_a_truncated_file_is_refused(tmp_path, keep):
     path = tmp_path / "cut.gguf"
     with open(find_model_file(), "rb") as src, open(path, "wb") as dst:
         dst.write(src.read(keep))
-    with pytest.raises(ValueError, match="truncated"):
-        GGUFFile(path)
+    for skip_arrays in (False, True):
+        with pytest.raises(ValueError, match="truncated"):
+            GGUFFile(path, skip_arrays=skip_arrays)
 
 
-def test_a_file_that_is_not_gguf(tmp_path):
+@pytest.mark.parametrize("skip_arrays", [False, True])
+def test_a_file_that_is_not_gguf(tmp_path, skip_arrays):
     path = tmp_path / "not.gguf"
     path.write_bytes(b"PK\x03\x04" + bytes(1000))
     with pytest.raises(ValueError, match="not a readable GGUF file"):
-        GGUFFile(path)
+        GGUFFile(path, skip_arrays=skip_arrays)
 
 
 def test_an_unsupported_format_is_named(tmp_path):
