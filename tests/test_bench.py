@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,28 @@ def test_binder_walk_keeps_kernels_alive_and_adds_them_up(capsys):
     assert "| after | 00 | 01 |" in out and "| all live kernels, MB PSS |" in out
     assert "| run time, s |" in out
     assert binder.markdown([]).startswith("| after |")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_kernels_memory_includes_the_processes_it_left_running():
+    """Notebook 14's kernel leaves a server process running: the walk must count it."""
+    from mha_lib.bench import binder
+
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    code = f"import subprocess, time; subprocess.Popen({sleeper!r}); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.time() + 20
+        while not binder.descendants(parent.pid) and time.time() < deadline:
+            time.sleep(0.1)
+        (child,) = binder.descendants(parent.pid)  # the sleeper
+        assert binder.descendants(child) == []
+        alone, with_child = binder.pss_mb(parent.pid), binder.tree_pss_mb(parent.pid)
+        assert with_child == pytest.approx(alone + binder.pss_mb(child), rel=0.2)
+        assert with_child > alone + 1  # a Python interpreter costs more than a megabyte
+    finally:
+        parent.kill()
+        parent.wait()
 
 
 def test_rope_benchmark_runs_on_tiny_sizes(tmp_path):

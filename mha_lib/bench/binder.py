@@ -5,7 +5,8 @@ Binder gives the whole session 2 GB. This command opens the notebooks in order (
 `notebooks/` by default), runs each top to bottom in its own kernel, keeps every kernel alive,
 and after each notebook prints:
 - this kernel's PSS (proportional set size, the memory a container's limit counts: pages
-  shared between kernels are split between them) and its peak resident set size (VmHWM);
+  shared between kernels are split between them), with that of any process it left running,
+  and the kernel's own peak resident set size (VmHWM);
 - the PSS of all live kernels together (recomputed each time: sharing changes);
 - how long the kernel took to start and run every cell (wall time).
 Linux only (it reads /proc/<pid>/smaps_rollup and /proc/<pid>/status).
@@ -33,6 +34,33 @@ def pss_mb(pid: int) -> float:
     raise RuntimeError(f"no Pss line in /proc/{pid}/smaps_rollup")
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes started by process `pid`, their children and so on (from
+    /proc/<pid>/task/*/children): a kernel's worker processes, such as the server process that
+    notebook 14's `torch.multiprocessing` start method leaves running."""
+    found, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:  # the process or thread has ended
+                continue
+            found += children
+            todo += children
+    return found
+
+
+def tree_pss_mb(pid: int) -> float:
+    """The PSS of process `pid` and every process it started, in MB: what a kernel costs."""
+    total = 0.0
+    for p in [pid, *descendants(pid)]:
+        try:
+            total += pss_mb(p)
+        except OSError:  # the process has ended
+            pass
+    return total
+
+
 def peak_mb(pid: int) -> float:
     """The peak resident set size of process `pid` (VmHWM), in MB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -57,7 +85,7 @@ def run_alive(path: Path, timeout: int = 600, per_cell=None):
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)
             if per_cell is not None and cell.cell_type == "code":
-                per_cell(index, pss_mb(km.provisioner.pid))
+                per_cell(index, tree_pss_mb(km.provisioner.pid))
     return km
 
 
@@ -74,9 +102,9 @@ def walk(paths: list[Path], out=print) -> list[dict]:
             row = {
                 "notebook": path.name,
                 "seconds": seconds,
-                "kernel_mb": pss_mb(pid),
+                "kernel_mb": tree_pss_mb(pid),
                 "peak_mb": peak_mb(pid),
-                "all_mb": sum(pss_mb(k.provisioner.pid) for k in alive),
+                "all_mb": sum(tree_pss_mb(k.provisioner.pid) for k in alive),
             }
             rows.append(row)
             out(
