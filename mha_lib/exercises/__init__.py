@@ -35,5 +35,9 @@ from .nb07 import *  # noqa: F403
 from .nb07 import __all__ as _nb07
 from .nb11 import *  # noqa: F403
 from .nb11 import __all__ as _nb11
+from .nb12 import *  # noqa: F403
+from .nb12 import __all__ as _nb12
+from .nb13 import *  # noqa: F403
+from .nb13 import __all__ as _nb13
 
-__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb06, *_nb07, *_nb11]
+__all__ = [*_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb06, *_nb07, *_nb11, *_nb12, *_nb13]
