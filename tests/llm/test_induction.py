@@ -157,12 +157,14 @@ def test_composition_scores_equal_notebook_06s_on_the_circuits(smollm2):
     earlier = [(16, 0), (3, 5)]
     for kind, score in (("K", k_composition), ("Q", q_composition)):
         for distance in (0, 7):
-            ours = composition_scores(model, (17, 4), earlier, kind, distance)
-            W_QK = qk_circuit(model, 17, 4, distance)
-            expected = [score(W_QK, ov_circuit(model, *lh)) for lh in earlier]
-            assert_close(ours, torch.tensor(expected), rtol=1e-4, atol=1e-6)
+            ours = composition_scores(model, [(17, 4), (2, 8)], earlier, kind, distance)
+            assert ours.shape == (2, 2)
+            for row, later in zip(ours, [(17, 4), (2, 8)]):
+                W_QK = qk_circuit(model, *later, distance)
+                expected = [score(W_QK, ov_circuit(model, *lh)) for lh in earlier]
+                assert_close(row, torch.tensor(expected), rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="kind = 'V'"):
-        composition_scores(model, (17, 4), earlier, "V")
+        composition_scores(model, [(17, 4)], earlier, "V")
 
 
 def test_the_cached_sweep_regenerates(smollm2):
