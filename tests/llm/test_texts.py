@@ -1,0 +1,48 @@
+"""mha_lib.llm.texts: the documentation text is this Python's, pinned by its hash; a changed page is
+refused; the paragraphs and stretches are what they say."""
+
+import hashlib
+
+import pytest
+import torch
+
+from mha_lib.llm import texts
+from mha_lib.llm.texts import DOC_SHA256, DOC_TOPICS, doc_paragraphs, doc_text, stretches
+
+
+def test_the_text_is_the_pinned_one():
+    text = doc_text()
+    assert hashlib.sha256(text.encode("utf-8")).hexdigest() == DOC_SHA256
+    assert len(DOC_TOPICS) == len(set(DOC_TOPICS)) == 32
+    assert text.startswith("Comparisons\n***********") and 45_000 < len(text) < 55_000
+
+
+def test_a_changed_page_is_refused(monkeypatch):
+    from pydoc_data import topics
+
+    changed = {**topics.topics, "assert": topics.topics["assert"] + " "}
+    monkeypatch.setattr(topics, "topics", changed)
+    with pytest.raises(ValueError, match="documentation text has sha256"):
+        texts.doc_text()
+    monkeypatch.setattr(topics, "topics", {k: v for k, v in changed.items() if k != "while"})
+    with pytest.raises(ValueError, match="no topic 'while'"):
+        texts.doc_text()
+
+
+def test_the_paragraphs_are_prose():
+    paragraphs = doc_paragraphs()
+    assert len(paragraphs) > 60
+    assert all(len(p) >= 200 and "\n" not in p and "***" not in p for p in paragraphs)
+    assert paragraphs[0].startswith("Unlike C, all comparison operations in Python")
+    assert all(p in " ".join(doc_text().split()) for p in paragraphs[:5])
+
+
+def test_stretches_cut_consecutive_pieces():
+    ids = list(range(23))
+    out = stretches(ids, 5, 4)
+    assert out.shape == (4, 5) and out[1].tolist() == [5, 6, 7, 8, 9]
+    assert torch.equal(stretches(torch.arange(10), 10, 1)[0], torch.arange(10))
+    with pytest.raises(ValueError, match="25 tokens; ids has 23"):
+        stretches(ids, 5, 5)
+    with pytest.raises(ValueError, match="expected one sequence"):
+        stretches(torch.zeros(2, 5, dtype=torch.long), 2, 1)
