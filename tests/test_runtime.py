@@ -11,6 +11,7 @@ from torch import nn
 
 from mha_lib import runtime
 from mha_lib.runtime import Adam, pick_device
+from tests.notebook_source import NOTEBOOKS, SOLUTIONS, code_cells
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -191,3 +192,13 @@ def test_freed_memory_goes_back_and_live_tensors_stay():
 def test_elsewhere_it_only_collects_garbage(monkeypatch):
     monkeypatch.setattr(runtime.sys, "platform", "darwin")
     assert runtime.release_freed_memory() is False
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_cell_shows_what_release_freed_memory_returned(path):
+    """Its result (True on Linux, False elsewhere) would be a stored output that differs by
+    system: a cell that ends with the call ends it with a semicolon."""
+    for index, source in code_cells(path):
+        lines = [l for l in source.splitlines() if l.strip() and not l.lstrip().startswith("#")]
+        if lines and lines[-1].split("#")[0].strip() == "release_freed_memory()":
+            pytest.fail(f"{path.name}, cell {index}: end it with release_freed_memory();")
