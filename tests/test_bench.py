@@ -179,6 +179,21 @@ def test_a_kernels_memory_includes_the_processes_it_left_running():
         parent.wait()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_walk_sees_a_process_that_lives_only_a_moment():
+    """A child that holds 200 MB for a second, then ends: the sampled peak of the tree sees it."""
+    from mha_lib.bench import binder
+
+    child = "b = bytearray(200 * 2**20); import time; time.sleep(1.5)"
+    code = f"import subprocess, sys, time; subprocess.run([sys.executable, '-c', {child!r}])"
+    with binder.TreePeak(every=0.05) as watch:
+        parent = subprocess.Popen([sys.executable, "-c", code + "; time.sleep(1)"])
+        watch.pid = parent.pid
+        parent.wait()
+        time.sleep(0.1)
+    assert watch.peak_mb > 200  # the child's 200 MB, while it lived
+
+
 def test_rope_benchmark_runs_on_tiny_sizes(tmp_path):
     pytest.importorskip("torch")
     path = tmp_path / "bench.json"

@@ -7,6 +7,8 @@ and after each notebook prints:
 - this kernel's PSS (proportional set size, the memory a container's limit counts: pages
   shared between kernels are split between them), with that of any process it left running,
   and the kernel's own peak resident set size (VmHWM);
+- the peak PSS of the kernel and every process it started, together, sampled while the notebook
+  ran (notebook 14's ranks live inside one cell: the walk counts them);
 - the PSS of all live kernels together (recomputed each time: sharing changes);
 - how long the kernel took to start and run every cell (wall time).
 Linux only (it reads /proc/<pid>/smaps_rollup and /proc/<pid>/status).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,7 +59,7 @@ def tree_pss_mb(pid: int) -> float:
     for p in [pid, *descendants(pid)]:
         try:
             total += pss_mb(p)
-        except OSError:  # the process has ended
+        except (OSError, RuntimeError):  # the process has ended (a zombie has no Pss line)
             pass
     return total
 
@@ -69,10 +72,35 @@ def peak_mb(pid: int) -> float:
     raise RuntimeError(f"no VmHWM line in /proc/{pid}/status")
 
 
-def run_alive(path: Path, timeout: int = 600, per_cell=None):
+class TreePeak:
+    """The highest PSS of a kernel and the processes it starts, together, sampled every `every`
+    seconds by a thread while a notebook runs: notebook 14's ranks live only inside one cell, so
+    a measure taken between cells would miss them."""
+
+    def __init__(self, every: float = 0.2):
+        self.every, self.pid, self.peak_mb = every, None, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every):
+            if self.pid is not None:
+                self.peak_mb = max(self.peak_mb, tree_pss_mb(self.pid))
+
+    def __enter__(self) -> TreePeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_alive(path: Path, timeout: int = 600, per_cell=None, watch: TreePeak | None = None):
     """Run notebook `path` top to bottom in a new kernel, and return its still-running manager.
 
-    per_cell(index, pss_mb), if given, is called after each code cell: where the memory goes."""
+    per_cell(index, pss_mb), if given, is called after each code cell: where the memory goes;
+    watch, a running `TreePeak`, is pointed at the kernel once it has started."""
     import nbformat
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
@@ -80,6 +108,8 @@ def run_alive(path: Path, timeout: int = 600, per_cell=None):
     nb = nbformat.read(path, as_version=4)
     km = KernelManager(kernel_name="python3")
     km.start_kernel(cwd=str(path.parent), env={**os.environ, "MHA_LIB_DEVICE": "cpu"})
+    if watch is not None:
+        watch.pid = km.provisioner.pid
     client = NotebookClient(nb, km=km, timeout=timeout, allow_errors=False)
     with client.setup_kernel():  # the kernel is ours (km given): it outlives the client
         for index, cell in enumerate(nb.cells):
@@ -95,7 +125,8 @@ def walk(paths: list[Path], out=print) -> list[dict]:
     try:
         for path in paths:
             start = time.perf_counter()
-            km = run_alive(path)
+            with TreePeak() as watch:
+                km = run_alive(path, watch=watch)
             seconds = time.perf_counter() - start  # the kernel's start and every cell
             alive.append(km)
             pid = km.provisioner.pid
@@ -104,12 +135,14 @@ def walk(paths: list[Path], out=print) -> list[dict]:
                 "seconds": seconds,
                 "kernel_mb": tree_pss_mb(pid),
                 "peak_mb": peak_mb(pid),
+                "tree_peak_mb": watch.peak_mb,
                 "all_mb": sum(tree_pss_mb(k.provisioner.pid) for k in alive),
             }
             rows.append(row)
             out(
                 f"{row['notebook']:<45} {seconds:5.1f} s  kernel {row['kernel_mb']:6.0f} MB PSS  "
-                f"peak {row['peak_mb']:6.0f} MB  all live kernels {row['all_mb']:6.0f} MB"
+                f"peak {row['peak_mb']:6.0f} MB  with its processes "
+                f"{row['tree_peak_mb']:6.0f} MB PSS  all live kernels {row['all_mb']:6.0f} MB"
             )
     finally:
         for km in alive:
@@ -126,6 +159,9 @@ def markdown(rows: list[dict]) -> str:
         "| run time, s | " + " | ".join(f"{r['seconds']:.0f}" for r in rows) + " |",
         "| this kernel, MB PSS | " + " | ".join(f"{r['kernel_mb']:.0f}" for r in rows) + " |",
         "| its peak, MB RSS | " + " | ".join(f"{r['peak_mb']:.0f}" for r in rows) + " |",
+        "| its peak with the processes it starts, MB PSS | "
+        + " | ".join(f"{r['tree_peak_mb']:.0f}" for r in rows)
+        + " |",
         "| all live kernels, MB PSS | " + " | ".join(f"{r['all_mb']:.0f}" for r in rows) + " |",
     ]
     return "\n".join(lines)
