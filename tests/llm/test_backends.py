@@ -27,6 +27,8 @@ from mha_lib.llm.backends import (
 from mha_lib.testing import assert_close
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
+if HAS_TRITON:  # chosen before anything else imports triton (transformers can, in other tests):
+    import mha_lib.efficient.triton_flash  # noqa: F401  it picks the interpreter on a CPU
 SHAPES = [(7, 7), (3, 11), (1, 9)]  # (n, m): a prompt, a chunk against a cache, one token
 
 
