@@ -33,7 +33,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from ..efficient import (
+from ..nn import (
     GroupedQueryAttention,
     KVCache,
     flash_attention,

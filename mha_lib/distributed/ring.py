@@ -50,7 +50,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .._checks import check_int
-from ..efficient.flash import flash_attention_backward, flash_attention_forward
+from ..nn.flash import flash_attention_backward, flash_attention_forward
 from .collectives import Traffic, ring_all_gather
 from .launch import rank_device, run
 

@@ -49,17 +49,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_int
-from ..efficient.kv_cache import KVCache
-from ..llm.backends import resolve_attention
-from ..llm.decoder import (
-    DecoderAttention,
-    DecoderBlock,
-    DecoderCache,
-    DecoderConfig,
-    RMSNorm,
-    SwiGLU,
-)
-from ..llm.generation import Trace, generate
+from ..nn.backends import resolve_attention
+from ..nn.decoder import DecoderAttention, DecoderBlock, DecoderConfig, RMSNorm, SwiGLU
+from ..nn.generation import Trace, generate
+from ..nn.kv_cache import DecoderCache, KVCache
 from .collectives import Traffic, ring_all_reduce
 from .launch import rank_device, run
 from .weights import GGUFWeights, fill

@@ -90,7 +90,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from .flash import causal_key_end  # noqa: E402  (pure Python, shared with notebook 08)
+from ..nn.flash import causal_key_end  # noqa: E402  (pure Python, shared with notebook 08)
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 DEVICE = "cpu" if INTERPRETED else "cuda"

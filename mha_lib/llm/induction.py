@@ -40,10 +40,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..nn.backends import attention_weights
+from ..nn.decoder import DecoderLM
 from ..positions import rope
-from ..pytorch import _split_heads
-from .backends import attention_weights
-from .decoder import DecoderLM, load_smollm2
+from ..pytorch import split_heads
+from .loader import load_smollm2
 from .sinks import layer_inputs
 
 __all__ = [
@@ -144,8 +145,8 @@ def swapped_stripe(model: DecoderLM, layer: int, x_queries: Tensor, x_keys: Tens
     cfg = model.config
     positions = torch.arange(x_queries.shape[1])
     with torch.no_grad():
-        q = _split_heads(attn.q_proj(block.norm1(x_queries)), cfg.num_heads)  # (B, h, N, d)
-        k = _split_heads(attn.k_proj(block.norm1(x_keys)), cfg.num_kv_heads)  # (B, h_kv, N, d)
+        q = split_heads(attn.q_proj(block.norm1(x_queries)), cfg.num_heads)  # (B, h, N, d)
+        k = split_heads(attn.k_proj(block.norm1(x_keys)), cfg.num_kv_heads)  # (B, h_kv, N, d)
         A = attention_weights(attn._rope(q, positions), attn._rope(k, positions))  # (B, h, N, N)
     return stripe_score(A[None], offset, start)[0]  # (h,)
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..pytorch import _split_heads
-from .decoder import DecoderLM
+from ..nn.decoder import DecoderLM
+from ..pytorch import split_heads
 
 __all__ = [
     "first_token_attention",
@@ -110,7 +110,7 @@ def value_norms(model: DecoderLM, inputs: Tensor) -> Tensor:
     from the layer inputs (L, B, N, C) of `layer_inputs`: v = v_proj(norm1(x))."""
     out = []
     for layer, x in zip(model.layers, inputs):
-        v = _split_heads(layer.self_attn.v_proj(layer.norm1(x)), model.config.num_kv_heads)
+        v = split_heads(layer.self_attn.v_proj(layer.norm1(x)), model.config.num_kv_heads)
         out.append(v.norm(dim=-1))  # (B, h_kv, N)
     return torch.stack(out)
 
@@ -134,7 +134,7 @@ def noop_correlation(model: DecoderLM, weights: Tensor, inputs: Tensor, start: i
     g = cfg.num_heads // cfg.num_kv_heads
     out = []
     for l, (layer, x) in enumerate(zip(model.layers, inputs)):
-        v = _split_heads(layer.self_attn.v_proj(layer.norm1(x)), cfg.num_kv_heads)
+        v = split_heads(layer.self_attn.v_proj(layer.norm1(x)), cfg.num_kv_heads)
         o = weights[l] @ v.repeat_interleave(g, dim=1)  # (B, h, N, d): each head's output
         a0 = weights[l][:, :, start:, 0].transpose(0, 1).flatten(1)  # (h, B·(N - start))
         size = o[:, :, start:].norm(dim=-1).transpose(0, 1).flatten(1)  # (h, B·(N - start))

@@ -61,14 +61,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_int
-from ..efficient.gqa import repeat_kv
-from ..efficient.sink_cache import SinkKVCache, sink_cached_attention, sink_window_mask
+from ..nn.backends import AttentionFn
+from ..nn.decoder import DecoderLM
+from ..nn.gqa import repeat_kv
+from ..nn.kv_cache import SinkKVCache, sink_cached_attention
+from ..nn.masks import sink_window_mask
 from ..positions import rope
-from ..pytorch import _merge_heads, _split_heads
+from ..pytorch import merge_heads, split_heads
 from ..stats import t_interval
 from . import texts
-from .backends import AttentionFn
-from .decoder import DecoderLM, load_smollm2
+from .loader import load_smollm2
 
 __all__ = [
     "POSITIONS",
@@ -214,11 +216,11 @@ def _original_position_step(model: DecoderLM, token: Tensor, t: int,
     x = model.embed(token)  # (B, 1, C)
     for layer, cache in zip(model.layers, caches):
         attn, a = layer.self_attn, layer.norm1(x)
-        q = attn._rope(_split_heads(attn.q_proj(a), h), place)  # (B, h, 1, d)
-        k = attn._rope(_split_heads(attn.k_proj(a), h_kv), place)  # (B, h_kv, 1, d)
-        v = _split_heads(attn.v_proj(a), h_kv)  # (B, h_kv, 1, d)
+        q = attn._rope(split_heads(attn.q_proj(a), h), place)  # (B, h, 1, d)
+        k = attn._rope(split_heads(attn.k_proj(a), h_kv), place)  # (B, h_kv, 1, d)
+        v = split_heads(attn.v_proj(a), h_kv)  # (B, h_kv, 1, d)
         heads = sink_cached_attention(q, k, v, cache)  # (B, h, 1, d): notebook 11's step
-        x = x + attn.out_proj(_merge_heads(heads))
+        x = x + attn.out_proj(merge_heads(heads))
         x = x + layer.mlp(layer.norm2(x))
     return F.linear(model.norm(x), model.output_weight)  # (B, 1, V)
 

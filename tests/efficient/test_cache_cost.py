@@ -3,7 +3,6 @@ the caches hold, and the published configurations with their sources."""
 
 import pytest
 
-from mha_lib.efficient import KVCache
 from mha_lib.efficient.cache_cost import (
     MODELS,
     CacheConfig,
@@ -11,6 +10,7 @@ from mha_lib.efficient.cache_cost import (
     cache_bytes,
     cache_numbers_per_token,
 )
+from mha_lib.nn.kv_cache import KVCache, SinkKVCache
 
 
 def test_kv_cache_nbytes_equals_the_formula():
@@ -40,3 +40,11 @@ def test_native_contexts_mark_the_bills_beyond_them():
     assert sum(b[0] for b in beyond.values()) == 4 and not beyond["Mistral-7B"][0]
     assert [n for n, b in beyond.items() if not b[1]] == ["DeepSeek-V3"]
     assert not beyond_native(CacheConfig("t", "test", 1), 10**9)  # unknown: never marked
+
+
+def test_sink_cache_nbytes_equals_the_windowed_formula():
+    cfg = CacheConfig("t", "test", 1, num_heads=4, num_kv_heads=2, head_dim=8, window=6,
+                      bytes_per_number=4)  # fmt: skip
+    cache = SinkKVCache(2, 2, 8, window=6, num_sinks=3)
+    for N in (9, 100, 10_000):
+        assert cache.nbytes == cache_bytes(cfg, N, batch=2, num_sinks=3)

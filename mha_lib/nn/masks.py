@@ -41,6 +41,7 @@ __all__ = [
     "mask_from_mask_mod",
     "prefix_lm_mask",
     "prefix_lm_mask_mod",
+    "sink_window_mask",
     "sliding_window_mask",
     "sliding_window_mask_mod",
 ]
@@ -86,6 +87,14 @@ def sliding_window_mask(N: int, window: int) -> np.ndarray:
     i = np.arange(N)[:, None]  # (N, 1) query positions
     j = np.arange(N)[None, :]  # (1, N) key positions
     return (j <= i) & (i - j < window)  # (N, N)
+
+
+def sink_window_mask(N: int, window: int, num_sinks: int) -> np.ndarray:
+    """(N, N) bool: query i sees keys i - window < j <= i, and the sinks j < num_sinks, j <= i."""
+    _check_int_like(num_sinks, "num_sinks", 0)
+    j = np.arange(N)[None, :]
+    causal = np.tril(np.ones((N, N), dtype=bool))
+    return sliding_window_mask(N, window) | (causal & (j < num_sinks))
 
 
 def document_mask(doc_ids) -> np.ndarray:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_int
-from ..pytorch import MultiHeadAttention, _merge_heads, _split_heads
+from ..pytorch import MultiHeadAttention, merge_heads, split_heads
 from .kv_cache import KVCache, cached_attention
 
 __all__ = ["GroupedQueryAttention", "grouped_query_attention", "repeat_kv"]
@@ -142,13 +142,13 @@ class GroupedQueryAttention(nn.Module):
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x has shape {got}; expected (B, n, C) with C = {self.embed_dim}")
         h, h_kv = self.num_heads, self.num_kv_heads
-        q = _split_heads(self.q_proj(x), h)  # (B, h, n, d)
-        k = _split_heads(self.k_proj(x), h_kv)  # (B, h_kv, n, d)
-        v = _split_heads(self.v_proj(x), h_kv)  # (B, h_kv, n, d)
+        q = split_heads(self.q_proj(x), h)  # (B, h, n, d)
+        k = split_heads(self.k_proj(x), h_kv)  # (B, h_kv, n, d)
+        v = split_heads(self.v_proj(x), h_kv)  # (B, h_kv, n, d)
         if cache is not None:
             heads = cached_attention(q, k, v, cache)  # (B, h, n, d)
         else:
             heads = F.scaled_dot_product_attention(
                 q, k, v, is_causal=is_causal, enable_gqa=h != h_kv
             )  # (B, h, n, d)
-        return self.out_proj(_merge_heads(heads))  # (B, n, C)
+        return self.out_proj(merge_heads(heads))  # (B, n, C)

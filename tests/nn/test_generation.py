@@ -1,12 +1,12 @@
-"""mha_lib.llm.generation: the filters against transformers' logits warpers, sampling against the
+"""mha_lib.nn.generation: the filters against transformers' logits warpers, sampling against the
 distribution it samples, generation with and without the cache, stopping, and greedy decoding of
 the real model against transformers' `generate`, token for token."""
 
 import pytest
 import torch
 
-from mha_lib.llm.decoder import load_decoder
-from mha_lib.llm.generation import Trace, generate, pick_next, top_k_filter, top_p_filter
+from mha_lib.llm.loader import load_decoder
+from mha_lib.nn.generation import Trace, generate, pick_next, top_k_filter, top_p_filter
 from mha_lib.testing import assert_close
 
 NEW_TOKENS = 40  # new tokens compared one by one

@@ -1,4 +1,4 @@
-"""mha_lib.efficient.masks: the mask zoo as boolean masks, as SDPA masks and as FlexAttention
+"""mha_lib.nn.masks: the mask zoo as boolean masks, as SDPA masks and as FlexAttention
 mask_mods and score_mods, ALiBi's slopes, and the test that catches an inverted mask."""
 
 import math
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import mha_lib
-from mha_lib.efficient import (
+from mha_lib.nn import (
     alibi_bias,
     alibi_score_mod,
     alibi_slopes,
@@ -27,7 +27,7 @@ from mha_lib.efficient import (
     sliding_window_mask,
     sliding_window_mask_mod,
 )
-from tests.efficient.efficient_inputs import qkv, randn
+from tests.nn.nn_inputs import qkv, randn
 
 # --- masks ---------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""mha_lib.efficient.gqa: grouped- and multi-query attention equal SDPA with repeated key/value
+"""mha_lib.nn.gqa: grouped- and multi-query attention equal SDPA with repeated key/value
 heads, and the module with all key/value heads equals multi-head attention."""
 
 import pytest
@@ -7,13 +7,13 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_lib.efficient import (
+from mha_lib.nn import (
     GroupedQueryAttention,
     grouped_query_attention,
     repeat_kv,
 )
 from mha_lib.pytorch import MultiHeadAttention
-from tests.efficient.efficient_inputs import DTYPES, TOL, qkv, randn, seeds
+from tests.nn.nn_inputs import DTYPES, TOL, qkv, randn, seeds
 
 # --- grouped-query attention ---------------------------------------------------------------------
 

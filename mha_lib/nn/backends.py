@@ -16,10 +16,10 @@ the bottom right (notebook 08). Any function of this form can be plugged in:
   notebook 13 studies;
 - `flash_attention_08`: notebook 08's tiled FlashAttention loop in plain torch
   (`mha_lib.efficient.flash.flash_attention`, with the bottom-right causal `mask_mod`);
-- `triton_attention_09`: notebook 09's Triton kernel (`mha_lib.efficient.triton_flash`,
-  causal="bottom_right"); on a CPU it runs in Triton's interpreter, which is slow: use short
-  prompts. Imports triton when first called.
-`ATTENTIONS` names them ("sdpa", "eager", "flash", "triton"), for `DecoderLM(attention=...)`.
+- "triton": notebook 09's Triton kernel, a part's (`mha_lib.efficient.triton_flash`), which this
+  layer does not import: `mha_lib.llm` registers it (`register_attention`).
+`ATTENTIONS` names them ("sdpa", "eager", "flash", and "triton" once registered), for
+`DecoderLM(attention=...)`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..efficient.flash import flash_attention
-from ..efficient.gqa import grouped_query_attention, repeat_kv
-from ..efficient.masks import bottom_right_causal_mask_mod
+from .flash import flash_attention
+from .gqa import grouped_query_attention, repeat_kv
+from .masks import bottom_right_causal_mask_mod
 
 __all__ = [
     "ATTENTIONS",
@@ -41,9 +41,9 @@ __all__ = [
     "bottom_right_mask",
     "eager_attention",
     "flash_attention_08",
+    "register_attention",
     "resolve_attention",
     "sdpa_attention",
-    "triton_attention_09",
 ]
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -88,22 +88,11 @@ def flash_attention_08(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return o  # (B, h, n, d)
 
 
-def triton_attention_09(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """Notebook 09's Triton FlashAttention kernel (the interpreter on a CPU)."""
-    from ..efficient.triton_flash import triton_attention  # imports triton
-
-    g = q.shape[1] // k.shape[1]
-    k, v = repeat_kv(k, g), repeat_kv(v, g)  # (B, h, m, d)
-    o, _ = triton_attention(q.contiguous(), k.contiguous(), v.contiguous(), causal="bottom_right")
-    return o  # (B, h, n, d)
-
-
 ATTENTIONS: dict[str, AttentionFn] = {
     "sdpa": sdpa_attention,
     "eager": eager_attention,
     "flash": flash_attention_08,
-    "triton": triton_attention_09,
-}
+}  # and "triton", notebook 09's kernel, which `mha_lib.llm` registers (it imports triton)
 
 
 def resolve_attention(attention: str | AttentionFn) -> AttentionFn:
@@ -118,3 +107,10 @@ def resolve_attention(attention: str | AttentionFn) -> AttentionFn:
             f"attention(q, k, v) -> o; got {type(attention).__name__}"
         )
     return attention
+
+
+def register_attention(name: str, fn: AttentionFn) -> None:
+    """Make `fn`, a function attention(q, k, v) -> o of the form above, available by name."""
+    if not isinstance(name, str) or not callable(fn):
+        raise TypeError("register_attention takes a name (str) and a function attention(q, k, v)")
+    ATTENTIONS[name] = fn
