@@ -36,7 +36,10 @@ Notebook 13 measures inside the model (read `sinks`, then `streaming`, then `ind
   circuits and composition scores with RMSNorm, GQA and RoPE, the cached sweep.
 
 Imports torch, gguf, tokenizers and jinja2 (`triton_attention` imports triton when called).
-The core never imports this package.
+The core and the building blocks never import this package.
+
+Edges: `efficient` notebook 12 runs notebook 09's Triton kernel (`efficient.triton_flash`)
+inside the model, as its attention.
 
 Usage:
     from mha_lib.llm import generate, load_smollm2
@@ -56,9 +59,9 @@ from .loader import load_decoder, load_smollm2
 from .sinks import first_token_attention
 from .streaming import streaming_perplexity
 from .tokenizer import GGUFTokenizer
-from .triton_attention import triton_attention_09
+from .triton_attention import triton_flash_attention
 
-register_attention("triton", triton_attention_09)  # notebook 12 §5: model(ids, attention="triton")
+register_attention("triton", triton_flash_attention)  # model(ids, attention="triton")
 
 __all__ = [
     "ATTENTIONS",

@@ -189,8 +189,8 @@ def load_smollm2(
 
     Nothing is downloaded: the weights, the vocabulary, the merges and the chat template all
     come from the one file, opened once. With a file other than the packaged one, pass
-    expected_sha256=None (or its hash). The memory the file's reader used is handed back to the
-    system afterwards (`mha_lib.runtime.release_freed_memory`).
+    expected_sha256=None (or its hash). The memory the file's metadata used is handed back to
+    the system afterwards (`mha_lib.runtime.release_freed_memory`).
     """
     from .tokenizer import GGUFTokenizer
 
@@ -198,5 +198,5 @@ def load_smollm2(
     with GGUFFile(path) as f:
         model = _load(f, attention, rope_interleaved)
         tokenizer = GGUFTokenizer.from_gguf(f)
-    release_freed_memory()  # the reader's parsed metadata, freed: hand it back to the system
+    release_freed_memory()  # the file's parsed metadata, freed: hand it back to the system
     return model, tokenizer

@@ -14,10 +14,10 @@ from torch import Tensor
 
 from ..nn.gqa import repeat_kv
 
-__all__ = ["triton_attention_09"]
+__all__ = ["triton_flash_attention"]
 
 
-def triton_attention_09(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def triton_flash_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Notebook 09's Triton FlashAttention kernel (the interpreter on a CPU)."""
     from ..efficient.triton_flash import triton_attention  # imports triton
 

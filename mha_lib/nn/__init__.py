@@ -12,15 +12,19 @@ a time), then `gqa`, `masks` and `flash` (notebook 08), then `decoder` and `back
 A module per idea:
 - `masks`: the mask zoo (causal, bottom-right causal for a chunk against a cache, sliding
   window, window with sinks, document, prefix-LM, ALiBi) as numpy boolean masks (True = may
-  attend), as FlexAttention `mask_mod` / `score_mod` functions, and a perturb-the-future test;
+  attend), as torch tensors where a decoding step needs one, as FlexAttention `mask_mod` /
+  `score_mod` functions, and a perturb-the-future test;
 - `kv_cache`: what a decoder keeps: `KVCache` and `cached_attention` (one decoding step),
   notebook 11's rolling `SinkKVCache`, and `DecoderCache`, one cache per layer;
 - `gqa`: grouped-query attention (`num_kv_heads` key/value heads shared by groups of query
   heads; 1 is multi-query attention), as a function and as a module with a `KVCache`;
 - `flash`: FlashAttention forward and backward in plain torch, any mask of the zoo as a
   `mask_mod`, fully masked tiles skipped and counted (`TileStats`), the bytes a pass moves;
+- `circuits`: what a head does, read from its weights (QK and OV circuits, composition) and
+  from its attention weights (`stripe_score`), for notebook 06's toy and notebook 13's model;
 - `decoder`: a Llama-style decoder: `DecoderConfig`, `RMSNorm`, `SwiGLU`, `DecoderAttention`
-  (GQA with RoPE), `DecoderBlock`, `DecoderLM`;
+  (GQA with RoPE), `DecoderBlock`, `DecoderLM`, with the seams later models plug into (one
+  loop over the layers, `hidden_states`; the attention function; the caches each layer makes);
 - `backends`: the attention functions a decoder plugs in (`ATTENTIONS`);
 - `generation`: `generate` (greedy or sampled, with or without the cache), top-k and top-p
   filters, `Trace`.
@@ -29,7 +33,15 @@ Notation: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v);
 h query heads, h_kv key/value heads, g = h / h_kv query heads per group.
 """
 
-from .backends import ATTENTIONS, attention_weights, register_attention, resolve_attention
+from .backends import (
+    ATTENTIONS,
+    RecordWeights,
+    attention_weights,
+    eager_attention,
+    register_attention,
+    resolve_attention,
+    tiled_flash_attention,
+)
 from .decoder import DecoderAttention, DecoderBlock, DecoderConfig, DecoderLM, RMSNorm, SwiGLU
 from .flash import (
     TileStats,
@@ -41,8 +53,15 @@ from .flash import (
     saved_for_backward_bytes,
 )
 from .generation import Trace, generate, pick_next, top_k_filter, top_p_filter
-from .gqa import GroupedQueryAttention, grouped_query_attention, repeat_kv
+from .gqa import (
+    GroupedQueryAttention,
+    grouped_query_attention,
+    grouped_scores,
+    repeat_kv,
+    sdpa_attention,
+)
 from .kv_cache import (
+    ROPE_POSITIONS,
     DecoderCache,
     KVCache,
     SinkKVCache,
@@ -56,6 +75,7 @@ from .masks import (
     alibi_slopes,
     bottom_right_causal_mask,
     bottom_right_causal_mask_mod,
+    bottom_right_causal_tensor,
     causal_mask_mod,
     document_mask,
     document_mask_mod,
@@ -70,6 +90,7 @@ from .masks import (
 
 __all__ = [
     "ATTENTIONS",
+    "ROPE_POSITIONS",
     "DecoderAttention",
     "DecoderBlock",
     "DecoderCache",
@@ -78,6 +99,7 @@ __all__ = [
     "GroupedQueryAttention",
     "KVCache",
     "RMSNorm",
+    "RecordWeights",
     "SinkKVCache",
     "SwiGLU",
     "TileStats",
@@ -88,16 +110,19 @@ __all__ = [
     "attention_weights",
     "bottom_right_causal_mask",
     "bottom_right_causal_mask_mod",
+    "bottom_right_causal_tensor",
     "cached_attention",
     "causal_key_end",
     "causal_mask_mod",
     "document_mask",
     "document_mask_mod",
+    "eager_attention",
     "flash_attention",
     "flash_attention_backward",
     "flash_attention_forward",
     "generate",
     "grouped_query_attention",
+    "grouped_scores",
     "hbm_bytes",
     "leaks_future",
     "mask_from_mask_mod",
@@ -108,11 +133,13 @@ __all__ = [
     "repeat_kv",
     "resolve_attention",
     "saved_for_backward_bytes",
+    "sdpa_attention",
     "sink_cached_attention",
     "sink_window_mask",
     "sliding_window_mask",
     "sliding_window_mask_mod",
     "slot_of",
+    "tiled_flash_attention",
     "top_k_filter",
     "top_p_filter",
 ]

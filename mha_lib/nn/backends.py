@@ -8,79 +8,74 @@ rotates them (RoPE), stores them in the cache, and then calls ONE function:
 with h_kv dividing h (grouped-query attention: query head i uses key/value head i // (h/h_kv)).
 The n queries are the LAST n of the m tokens whose keys are given (n = m for a prompt without a
 cache, n = 1 for a decoding step): query i sees keys 0 .. m - n + i, the causal mask aligned to
-the bottom right (notebook 08). Any function of this form can be plugged in:
+the bottom right (notebook 08). Any function of this form can be plugged in, by name:
 
-- `sdpa_attention`: torch's fused `scaled_dot_product_attention` (the default);
-- `eager_attention`: the definition written out, through notebook 08's
-  `grouped_query_attention`; `attention_weights(q, k)` returns its (B, h, n, m) weights, what
-  notebook 13 studies;
-- `flash_attention_08`: notebook 08's tiled FlashAttention loop in plain torch
-  (`mha_lib.efficient.flash.flash_attention`, with the bottom-right causal `mask_mod`);
+- "sdpa", `sdpa_attention` (`mha_lib.nn.gqa`): torch's fused `scaled_dot_product_attention`,
+  the default;
+- "eager", `eager_attention`: the definition written out, through notebook 08's
+  `grouped_query_attention`;
+- "flash", `tiled_flash_attention`: notebook 08's tiled FlashAttention loop in plain torch
+  (`mha_lib.nn.flash.flash_attention`, with the bottom-right causal `mask_mod`);
 - "triton": notebook 09's Triton kernel, a part's (`mha_lib.efficient.triton_flash`), which this
   layer does not import: `mha_lib.llm` registers it (`register_attention`).
-`ATTENTIONS` names them ("sdpa", "eager", "flash", and "triton" once registered), for
-`DecoderLM(attention=...)`.
+`ATTENTIONS` holds them, for `DecoderLM(attention=...)`. `attention_weights(q, k)` gives the
+(B, h, n, m) weights the written-out form computes, and `RecordWeights` is an attention function
+that keeps them, one tensor per layer: how a model returns its weights (notebook 13 studies
+them) without a list passed through every layer.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .flash import flash_attention
-from .gqa import grouped_query_attention, repeat_kv
-from .masks import bottom_right_causal_mask_mod
+from .gqa import grouped_query_attention, grouped_scores, repeat_kv, sdpa_attention
+from .masks import bottom_right_causal_mask_mod, bottom_right_causal_tensor
 
 __all__ = [
     "ATTENTIONS",
+    "RecordWeights",
     "attention_weights",
-    "bottom_right_mask",
     "eager_attention",
-    "flash_attention_08",
     "register_attention",
     "resolve_attention",
     "sdpa_attention",
+    "tiled_flash_attention",
 ]
 
 AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
-def bottom_right_mask(n: int, m: int, device=None) -> Tensor:
-    """(n, m) bool, True = may attend: query i (token m - n + i) sees keys 0 .. m - n + i."""
-    return torch.ones(n, m, dtype=torch.bool, device=device).tril(m - n)
-
-
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """torch's fused attention, the query heads grouped over the key/value heads."""
-    n, m = q.shape[2], k.shape[2]
-    gqa = q.shape[1] != k.shape[1]
-    if n == 1:  # one new token, the last: it sees every key
-        return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
-    if n == m:  # a whole prompt: the plain causal mask
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
-    mask = bottom_right_mask(n, m, q.device)  # (n, m)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
-
-
 def attention_weights(q: Tensor, k: Tensor) -> Tensor:
     """softmax(q kᵀ / √d) under the bottom-right causal mask: (B, h, n, m), rows sum to 1."""
-    g = q.shape[1] // k.shape[1]
-    scores = q @ repeat_kv(k, g).transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, h, n, m)
-    mask = bottom_right_mask(q.shape[2], k.shape[2], q.device)  # (n, m)
+    scores = grouped_scores(q, k)  # (B, h, n, m)
+    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2], q.device)  # (n, m)
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
 def eager_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Notebook 08's `grouped_query_attention`, the weights written out."""
-    mask = bottom_right_mask(q.shape[2], k.shape[2], q.device)  # (n, m)
+    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2], q.device)  # (n, m)
     return grouped_query_attention(q, k, v, mask=mask)
 
 
-def flash_attention_08(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+class RecordWeights:
+    """The written-out attention, keeping its weights: each call appends the (B, h, n, m)
+    weights it used to `weights` (a model's layers call it in order: one tensor per layer)."""
+
+    def __init__(self) -> None:
+        self.weights: list[Tensor] = []
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        w = attention_weights(q, k)  # (B, h, n, m)
+        self.weights.append(w)
+        return w @ repeat_kv(v, q.shape[1] // k.shape[1])  # (B, h, n, d)
+
+
+def tiled_flash_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """Notebook 08's tiled FlashAttention loop (blocks of 64), key/value heads repeated."""
     g = q.shape[1] // k.shape[1]
     mask_mod = bottom_right_causal_mask_mod(q.shape[2], k.shape[2])
@@ -91,8 +86,8 @@ def flash_attention_08(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 ATTENTIONS: dict[str, AttentionFn] = {
     "sdpa": sdpa_attention,
     "eager": eager_attention,
-    "flash": flash_attention_08,
-}  # and "triton", notebook 09's kernel, which `mha_lib.llm` registers (it imports triton)
+    "flash": tiled_flash_attention,
+}  # and "triton", notebook 09's kernel, which mha_lib.llm registers (it imports triton)
 
 
 def resolve_attention(attention: str | AttentionFn) -> AttentionFn:

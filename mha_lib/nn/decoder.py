@@ -1,4 +1,4 @@
-"""A Llama-style decoder built from the series' parts, and SmolLM2-135M loaded into it.
+"""A Llama-style decoder built from the series' parts: the model notebooks 12 to 14 run.
 
 Derived in notebook 12. The architecture (Llama's, which SmolLM2 uses), for token ids (B, N):
 
@@ -8,27 +8,30 @@ Derived in notebook 12. The architecture (Llama's, which SmolLM2 uses), for toke
         x = x + SwiGLU(RMSNorm(x))
     logits = RMSNorm(x) @ embedᵀ                          (B, N, V), the embedding tied
 
+- `DecoderConfig`: the architecture's numbers (`DecoderConfig.from_gguf` reads them from a GGUF
+  file's metadata, as `mha_lib.llm.GGUFFile` opens it);
 - `RMSNorm`: x / sqrt(mean(x²) + eps) · weight, no mean subtracted, no bias (new here);
 - `SwiGLU`: down(silu(gate(x)) ∘ up(x)), C -> F -> C (new here);
 - `DecoderAttention`: notebook 08's `GroupedQueryAttention` (h query heads, h_kv key/value
-  heads, its q_proj, k_proj, v_proj, out_proj), with notebook 10's `rope` on the queries and
-  keys, notebook 08's `KVCache` (or notebook 11's `SinkKVCache`), and the attention itself a
-  pluggable function (`mha_lib.llm.backends`);
-- `DecoderBlock`, `DecoderLM`, `DecoderCache` (one cache per layer), `DecoderConfig` (the
-  architecture's numbers, read from the file's metadata by `DecoderConfig.from_gguf`);
-- `load_decoder(path)`, `load_smollm2()` -> (model, tokenizer).
+  heads, its q_proj, k_proj, v_proj, out_proj, its forward) with notebook 10's `rope` as the
+  rotation of its queries and keys;
+- `DecoderBlock`, `DecoderLM`.
+The weights come from a file through `mha_lib.llm.loader` (`load_decoder`, `load_smollm2`).
 
-RoPE and the rows of W_Q, W_K. llama.cpp's converter stores each head's rows of W_Q and W_K
-permuted from transformers' half-split layout (pairs (i, i + d/2)) to adjacent pairs (2i, 2i + 1):
-GGUF row j of a head is transformers' row `rope_permutation(d)[j]`. `load_decoder` undoes it by
-default and rotates half-split pairs (`rope_interleaved=False`); with `rope_interleaved=True` it
-keeps the file's rows and rotates adjacent pairs. The scores, and so the logits, are the same.
-
-For notebook 13: `model(ids, need_weights=True)` returns (logits, weights), the (B, h, n, m)
-attention weights of every layer; `head_mask` (L, h) scales each head's output (0 removes it);
-`model.new_sink_cache(...)` decodes with notebook 11's rolling cache of sinks and a window
-(keys cached before RoPE, rotated by their place in the cache, as StreamingLLM).
-For notebook 14: `GGUFFile.read(name, rows=, cols=)` reads one shard of a matrix.
+The seams, so that what builds on the model adds to it and never writes its loop again:
+- `DecoderLM.hidden_states(ids, cache)` is the one loop over the layers, `logits(x)` the head on
+  top of it, and `forward` the two;
+- the attention inside every layer is a function attention(q, k, v) -> o (`mha_lib.nn.backends`),
+  by name or given per call: the weights notebook 13 studies are recorded by one such function
+  (`model(ids, need_weights=True)` -> (logits, weights)); `head_mask` (L, h) scales each head's
+  output (0 removes it);
+- a cache is one entry per layer (`mha_lib.nn.kv_cache.DecoderCache`), each made by its layer's
+  attention, and each entry decides which keys its queries see and where RoPE turns them: a
+  `KVCache` rotates at the text positions, notebook 11's `SinkKVCache` at the places in the
+  cache (StreamingLLM) or at the text positions (`model.new_sink_cache(..., rope_positions=)`);
+- `DecoderAttention.qkv(x, positions)` gives one layer's rotated queries, keys and values, for
+  the measures; `DecoderBlock(config, attention=...)` takes another attention module (notebook
+  14's ranks give each block their share of the heads).
 """
 
 from __future__ import annotations
@@ -40,10 +43,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..positions import rope, rope_permutation
-from ..pytorch import merge_heads, split_heads
-from .backends import AttentionFn, attention_weights, resolve_attention
-from .gqa import GroupedQueryAttention, repeat_kv
-from .kv_cache import DecoderCache, KVCache, SinkKVCache
+from .backends import AttentionFn, RecordWeights, resolve_attention
+from .gqa import GroupedQueryAttention
+from .kv_cache import DecoderCache
 
 __all__ = [
     "DecoderAttention",
@@ -150,68 +152,53 @@ class SwiGLU(nn.Module):
 
 
 class DecoderAttention(GroupedQueryAttention):
-    """Notebook 08's grouped-query attention with RoPE on q and k and a pluggable attention.
+    """Notebook 08's grouped-query attention with notebook 10's RoPE on the queries and keys.
 
-    forward(x (B, n, C), positions (n,), cache, attention, head_mask, weights) -> (B, n, C):
-    x holds n new tokens at `positions`; their keys and values are appended to `cache` (a
-    `KVCache`, or a `SinkKVCache` one token at a time), or, without a cache, the n tokens attend
-    causally among themselves.
+    Its forward is `GroupedQueryAttention.forward`, causal: forward(x (B, n, C), positions (n,),
+    cache=None, attention=None, head_mask=None) -> (B, n, C). x holds n new tokens at
+    `positions`; a cache (`KVCache`, or `SinkKVCache` one token at a time) stores their keys and
+    values and decides where each is rotated; without one, the n tokens attend causally among
+    themselves. `rotate` is RoPE, with the model's base and layout; `qkv(x, positions)` gives
+    the rotated q, k and v, for the measures.
     """
 
+    causal = True
+
     def __init__(self, config: DecoderConfig, rope_interleaved: bool = False) -> None:
-        super().__init__(config.hidden_size, config.num_heads, config.num_kv_heads, bias=False)
+        C, h, h_kv = config.hidden_size, config.num_heads, config.num_kv_heads
+        super().__init__(C, h, h_kv, bias=False, head_dim=config.head_dim)
         self.rope_base = config.rope_base
         self.rope_interleaved = rope_interleaved
 
-    def _rope(self, x: Tensor, positions: Tensor) -> Tensor:
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """RoPE (notebook 10): x (B, heads, n, d) turned by its positions (n,)."""
         return rope(x, positions, self.rope_base, interleaved=self.rope_interleaved)
-
-    def forward(  # type: ignore[override]
-        self,
-        x: Tensor,
-        positions: Tensor,
-        cache: KVCache | SinkKVCache | None = None,
-        attention: AttentionFn | None = None,
-        head_mask: Tensor | None = None,
-        weights: list[Tensor] | None = None,
-    ) -> Tensor:
-        h, h_kv = self.num_heads, self.num_kv_heads
-        q = split_heads(self.q_proj(x), h)  # (B, h, n, d)
-        k = split_heads(self.k_proj(x), h_kv)  # (B, h_kv, n, d)
-        v = split_heads(self.v_proj(x), h_kv)  # (B, h_kv, n, d)
-        if isinstance(cache, SinkKVCache):  # StreamingLLM: keys cached before RoPE
-            cache.append(k, v)
-            k, v = cache.keys_values()  # (B, h_kv, m, d), m <= S + W, in text order
-            places = torch.arange(k.shape[2], device=x.device)  # their places in the cache
-            q, k = self._rope(q, places[-1:]), self._rope(k, places)
-        else:
-            q, k = self._rope(q, positions), self._rope(k, positions)
-            if cache is not None:
-                k, v = cache.append(k, v)  # (B, h_kv, m, d): everything cached so far
-        if weights is not None:  # written out, to keep the weights (B, h, n, m)
-            w = attention_weights(q, k)
-            weights.append(w)
-            heads = w @ repeat_kv(v, h // h_kv)  # (B, h, n, d)
-        else:
-            heads = (attention or resolve_attention("sdpa"))(q, k, v)  # (B, h, n, d)
-        if head_mask is not None:
-            heads = heads * head_mask.view(1, h, 1, 1).to(heads.dtype)  # 0 removes a head
-        return self.out_proj(merge_heads(heads))  # (B, n, C)
 
 
 class DecoderBlock(nn.Module):
-    """One pre-norm layer: x + attention(norm1(x)), then + mlp(norm2(x)) (notebook 04's form)."""
+    """One pre-norm layer: x + attention(norm1(x)), then + mlp(norm2(x)) (notebook 04's form).
 
-    def __init__(self, config: DecoderConfig, rope_interleaved: bool = False) -> None:
+    attention: the layer's attention module (default: a `DecoderAttention` of the config's
+    sizes); notebook 14's ranks give each block their own share of the heads.
+    """
+
+    def __init__(
+        self,
+        config: DecoderConfig,
+        rope_interleaved: bool = False,
+        attention: nn.Module | None = None,
+    ) -> None:
         super().__init__()
         self.norm1 = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.self_attn = DecoderAttention(config, rope_interleaved)
+        self.self_attn = (
+            DecoderAttention(config, rope_interleaved) if attention is None else attention
+        )
         self.norm2 = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
 
     def forward(self, x: Tensor, positions: Tensor, cache=None, attention=None,
-                head_mask=None, weights=None) -> Tensor:  # fmt: skip
-        x = x + self.self_attn(self.norm1(x), positions, cache, attention, head_mask, weights)
+                head_mask=None) -> Tensor:  # fmt: skip
+        x = x + self.self_attn(self.norm1(x), positions, cache, attention, head_mask)
         return x + self.mlp(self.norm2(x))  # (B, n, C)
 
 
@@ -221,13 +208,18 @@ class DecoderBlock(nn.Module):
 class DecoderLM(nn.Module):
     """A Llama-style causal language model: embedding, L pre-norm blocks, norm, tied head.
 
-    forward(input_ids (B, n), cache=None, *, attention=None, head_mask=None,
-    need_weights=False, last_only=False) -> logits (B, n, V), or (logits, weights) with
-    need_weights, weights a list of L tensors (B, h, n, m). Without a cache, the n tokens are
-    positions 0 .. n - 1; with one, they follow the cached tokens. attention: a name of
-    `backends.ATTENTIONS` or a function attention(q, k, v) -> o; by default the model's
-    (`self.attention`, set at construction). head_mask (L, h): each head's output is scaled
-    by its entry (0 ablates it). last_only: the logits of the last token only (B, 1, V).
+    hidden_states(input_ids (B, n), cache=None, *, attention=None, head_mask=None) -> (B, n, C):
+    the residual stream after the last block, the model's one loop over its layers; logits(x)
+    -> (B, n, V): the head on top of it, the final RMSNorm and the output projection.
+    forward(input_ids, cache=None, *, attention=None, head_mask=None, need_weights=False,
+    last_only=False) -> logits (B, n, V), or (logits, weights) with need_weights, weights a list
+    of L tensors (B, h, n, m), recorded by the attention function (`backends.RecordWeights`).
+    Without a cache, the n tokens are positions 0 .. n - 1; with one, they follow the tokens it
+    has seen. attention: a name of `backends.ATTENTIONS` or a function attention(q, k, v) -> o;
+    by default the model's (`self.attention`, set at construction). head_mask (L, h): each
+    head's output is scaled by its entry (0 ablates it). last_only: the logits of the last token
+    only (B, 1, V). `new_cache` and `new_sink_cache` make a `DecoderCache` whose entries each
+    layer's attention makes for itself.
     """
 
     def __init__(
@@ -284,26 +276,49 @@ class DecoderLM(nn.Module):
 
     def new_cache(self, batch_size: int, max_len: int) -> DecoderCache:
         """An empty KVCache per layer, for max_len tokens (prompt and generated)."""
-        cfg, w = self.config, self.embed.weight
-        if isinstance(max_len, int) and max_len > cfg.context_length:
+        if isinstance(max_len, int) and max_len > self.config.context_length:
             raise ValueError(
                 f"max_len = {max_len} is longer than the model's context of "
-                f"{cfg.context_length} tokens"
+                f"{self.config.context_length} tokens"
             )
+        return DecoderCache(
+            [layer.self_attn.new_cache(batch_size, max_len) for layer in self.layers]
+        )
+
+    def new_sink_cache(self, batch_size: int, window: int, num_sinks: int = 4,
+                       rope_positions: str = "cache") -> DecoderCache:  # fmt: skip
+        """A rolling SinkKVCache per layer: the first num_sinks tokens and the last window, the
+        keys rotated at their places in the cache (StreamingLLM) or, with
+        rope_positions="original", at their positions in the text."""
         return DecoderCache([
-            KVCache(batch_size, cfg.num_kv_heads, max_len, cfg.head_dim, dtype=w.dtype,
-                    device=w.device)
-            for _ in range(cfg.num_layers)
+            layer.self_attn.new_sink_cache(batch_size, window, num_sinks, rope_positions)
+            for layer in self.layers
         ])  # fmt: skip
 
-    def new_sink_cache(self, batch_size: int, window: int, num_sinks: int = 4) -> DecoderCache:
-        """A rolling SinkKVCache per layer: the first num_sinks tokens and the last window."""
-        cfg, w = self.config, self.embed.weight
-        return DecoderCache([
-            SinkKVCache(batch_size, cfg.num_kv_heads, cfg.head_dim, window, num_sinks,
-                        dtype=w.dtype, device=w.device)
-            for _ in range(cfg.num_layers)
-        ])  # fmt: skip
+    def hidden_states(
+        self,
+        input_ids: Tensor,
+        cache: DecoderCache | None = None,
+        *,
+        attention: str | AttentionFn | None = None,
+        head_mask: Tensor | None = None,
+    ) -> Tensor:
+        """input_ids (B, n) -> (B, n, C): the residual stream after the last block."""
+        self._check(input_ids, cache, head_mask)
+        n = input_ids.shape[1]
+        start = 0 if cache is None else cache.length
+        positions = torch.arange(start, start + n, device=input_ids.device)  # (n,)
+        fn = self.attention if attention is None else resolve_attention(attention)
+        x = self.embed(input_ids)  # (B, n, C)
+        for l, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else cache.layers[l]
+            mask = None if head_mask is None else head_mask[l]
+            x = layer(x, positions, layer_cache, fn, mask)
+        return x  # (B, n, C)
+
+    def logits(self, x: Tensor) -> Tensor:
+        """The head: the residual stream x (B, n, C) -> logits (B, n, V)."""
+        return F.linear(self.norm(x), self.output_weight)  # (B, n, V)
 
     def forward(
         self,
@@ -315,21 +330,13 @@ class DecoderLM(nn.Module):
         need_weights: bool = False,
         last_only: bool = False,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        self._check(input_ids, cache, head_mask)
-        n = input_ids.shape[1]
-        start = 0 if cache is None else cache.length
-        positions = torch.arange(start, start + n, device=input_ids.device)  # (n,)
-        fn = self.attention if attention is None else resolve_attention(attention)
-        weights: list[Tensor] | None = [] if need_weights else None
-        x = self.embed(input_ids)  # (B, n, C)
-        for l, layer in enumerate(self.layers):
-            layer_cache = None if cache is None else cache.layers[l]
-            mask = None if head_mask is None else head_mask[l]
-            x = layer(x, positions, layer_cache, fn, mask, weights)
+        recorder = RecordWeights() if need_weights else None  # written out, the weights kept
+        x = self.hidden_states(input_ids, cache, attention=recorder or attention,
+                               head_mask=head_mask)  # fmt: skip
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
-        logits = F.linear(self.norm(x), self.output_weight)  # (B, n, V)
-        return (logits, weights) if need_weights else logits
+        logits = self.logits(x)  # (B, n, V)
+        return (logits, recorder.weights) if need_weights else logits
 
     def _check(self, ids, cache, head_mask) -> None:
         """Raise, naming the argument, before anything (the cache above all) is changed."""
@@ -362,27 +369,13 @@ class DecoderLM(nn.Module):
                     f"cache must be a DecoderCache of {cfg.num_layers} layers "
                     "(model.new_cache or model.new_sink_cache)"
                 )
-            first = cache.layers[0]
-            if first.k.shape[0] != ids.shape[0]:
+            end = cache.length + n
+            if not cache.rolling and end > cfg.context_length:
                 raise ValueError(
-                    f"input_ids has batch {ids.shape[0]}; the cache was made for {first.k.shape[0]}"
+                    f"{cache.length} cached + {n} new tokens = {end} is longer than the "
+                    f"model's context of {cfg.context_length} tokens"
                 )
-            if cache.rolling and n != 1:
-                raise ValueError(
-                    f"input_ids has {n} tokens; a sink cache takes one token at a time"
-                )
-            if not cache.rolling:
-                end = cache.length + n
-                if end > cfg.context_length:
-                    raise ValueError(
-                        f"{cache.length} cached + {n} new tokens = {end} is longer than the "
-                        f"model's context of {cfg.context_length} tokens"
-                    )
-                if end > first.max_len:
-                    raise ValueError(
-                        f"{cache.length} cached + {n} new tokens = {end} do not fit the cache's "
-                        f"max_len = {first.max_len}"
-                    )
+            cache.check(ids.shape[0], n)  # the batch, and the room in every layer's cache
         if head_mask is not None:
             shape = (cfg.num_layers, cfg.num_heads)
             if not isinstance(head_mask, Tensor) or tuple(head_mask.shape) != shape:

@@ -43,8 +43,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_int
+from .masks import bottom_right_causal_tensor
 
 __all__ = [
+    "ROPE_POSITIONS",
     "DecoderCache",
     "KVCache",
     "SinkKVCache",
@@ -53,9 +55,13 @@ __all__ = [
     "slot_of",
 ]
 
+ROPE_POSITIONS = ("cache", "original")  # where a SinkKVCache rotates its keys
+
 
 class KVCache:
     """Keys and values of the first `length` tokens, in preallocated (B, h_kv, max_len, d)."""
+
+    rolling = False  # every token seen stays (a SinkKVCache drops the oldest of its window)
 
     def __init__(
         self,
@@ -80,9 +86,37 @@ class KVCache:
         self.length = 0  # tokens stored so far
 
     @property
+    def seen(self) -> int:
+        """Tokens seen so far, the position of the next one: here every one is stored."""
+        return self.length
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the cache's two tensors (allocated for max_len tokens)."""
         return self.k.untyped_storage().nbytes() + self.v.untyped_storage().nbytes()
+
+    def check(self, batch_size: int, n: int) -> None:
+        """Raise ValueError unless a step of n new tokens for batch_size sequences fits: what a
+        model checks before anything is stored."""
+        if batch_size != self.k.shape[0]:
+            raise ValueError(
+                f"input_ids has batch {batch_size}; the cache was made for {self.k.shape[0]}"
+            )
+        end = self.length + n
+        if end > self.max_len:
+            raise ValueError(
+                f"{self.length} cached + {n} new tokens = {end} do not fit the cache's "
+                f"max_len = {self.max_len}"
+            )
+
+    def update(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, rotate):
+        """A decoder layer's step: q (B, h, n, d), k, v (B, h_kv, n, d) of n new tokens at
+        `positions` (n,), not yet rotated. Rotates q and k at their positions
+        (`rotate(x, positions)`: RoPE, or nothing), stores k and v, and returns q with every key
+        and value stored so far, (B, h_kv, length, d): the n queries are the last n of them."""
+        q, k = rotate(q, positions), rotate(k, positions)
+        k, v = self.append(k, v)  # (B, h_kv, m, d)
+        return q, k, v
 
     def append(self, k_new: Tensor, v_new: Tensor) -> tuple[Tensor, Tensor]:
         """Store k_new, v_new (B, h_kv, n, d) after the cached tokens.
@@ -146,7 +180,7 @@ def cached_attention(q: Tensor, k_new: Tensor, v_new: Tensor, cache: KVCache) ->
     n, m = q.shape[2], k.shape[2]
     mask = None  # one query, the last token: it may attend to every cached key
     if n > 1:
-        mask = torch.ones(n, m, dtype=torch.bool, device=q.device).tril(m - n)  # (n, m)
+        mask = bottom_right_causal_tensor(n, m, q.device)  # (n, m)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=h != h_kv)
 
 
@@ -161,7 +195,12 @@ class SinkKVCache:
     """Keys and values of the first num_sinks tokens and the last window tokens.
 
     Preallocated k, v (B, h_kv, S + W, d): memory fixed at 2·B·h_kv·(S + W)·d numbers.
+    rope_positions: where a decoder layer's `update` rotates the keys: "cache", by their place in
+    the cache (StreamingLLM: keys stored before RoPE, rotated again at every step), or
+    "original", at their position in the text (rotated once, before they are stored).
     """
+
+    rolling = True  # one token at a time; the oldest window token is dropped once full
 
     def __init__(
         self,
@@ -171,6 +210,7 @@ class SinkKVCache:
         window: int,
         num_sinks: int = 4,
         *,
+        rope_positions: str = "cache",
         dtype: torch.dtype = torch.float32,
         device=None,
     ) -> None:
@@ -179,6 +219,11 @@ class SinkKVCache:
         d = check_int(head_dim, "head_dim", 1)
         self.window = check_int(window, "window", 1)
         self.num_sinks = check_int(num_sinks, "num_sinks", 0)
+        if rope_positions not in ROPE_POSITIONS:
+            raise ValueError(
+                f"rope_positions = {rope_positions!r}; expected one of {ROPE_POSITIONS}"
+            )
+        self.rope_positions = rope_positions
         slots = self.num_sinks + self.window
         self.k = torch.zeros(B, h_kv, slots, d, dtype=dtype, device=device)  # (B, h_kv, S+W, d)
         self.v = torch.zeros(B, h_kv, slots, d, dtype=dtype, device=device)
@@ -227,6 +272,35 @@ class SinkKVCache:
         idx = torch.tensor(self.order(), device=self.k.device)
         return self.k[:, :, idx], self.v[:, :, idx]
 
+    def check(self, batch_size: int, n: int) -> None:
+        """Raise ValueError unless a step of n new tokens for batch_size sequences fits."""
+        if batch_size != self.k.shape[0]:
+            raise ValueError(
+                f"input_ids has batch {batch_size}; the cache was made for {self.k.shape[0]}"
+            )
+        if n != 1:
+            raise ValueError(f"input_ids has {n} tokens; a sink cache takes one token at a time")
+
+    def update(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, rotate):
+        """A decoder layer's step, one token: q (B, h, 1, d), k, v (B, h_kv, 1, d), not yet
+        rotated, at text position `positions` (1,). Stores k and v and returns q with the cached
+        keys and values (B, h_kv, len, d) in text order, rotated (`rotate(x, positions)`) by
+        `rope_positions`: at their places in the cache, the query at the last place, or at their
+        text positions, the query at its own."""
+        if self.rope_positions == "original":  # each key rotated once, at its text position
+            q, k = rotate(q, positions), rotate(k, positions)
+            self.append(k, v)
+            k, v = self.keys_values()  # (B, h_kv, m, d), m <= S + W, in text order
+            return q, k, v
+        self.append(k, v)  # StreamingLLM: keys cached before RoPE
+        k, v = self.keys_values()  # (B, h_kv, m, d), m <= S + W, in text order
+        places = torch.arange(k.shape[2], device=k.device)  # their places in the cache
+        return rotate(q, places[-1:]), rotate(k, places), v
+
+    def truncate(self, length: int) -> None:
+        """Not possible: the tokens it evicted are gone."""
+        raise ValueError("a SinkKVCache cannot be truncated (its evicted tokens are gone)")
+
 
 def sink_cached_attention(q: Tensor, k_new: Tensor, v_new: Tensor, cache: SinkKVCache) -> Tensor:
     """Append one token's k_new, v_new (B, h_kv, 1, d), then its query q (B, h, 1, d) attends to
@@ -240,35 +314,42 @@ def sink_cached_attention(q: Tensor, k_new: Tensor, v_new: Tensor, cache: SinkKV
 
 
 class DecoderCache:
-    """One cache per layer: notebook 08's `KVCache`s or notebook 11's `SinkKVCache`s.
+    """One cache per layer of a decoder, each made by its layer's attention (`new_cache` or
+    `new_sink_cache` of `mha_lib.nn.gqa.GroupedQueryAttention`): notebook 08's `KVCache`s or
+    notebook 11's `SinkKVCache`s. A model decodes with it and asks nothing of its entries but
+    `update` (store a step, say what the queries see), `check`, `seen`, `rolling`, `nbytes` and
+    `truncate`: another kind of layer (a recurrent state instead of keys and values) brings its
+    own entry.
 
     `length` is the number of tokens seen (the position of the next one); `nbytes` what the
     caches hold. Made by `DecoderLM.new_cache` or `DecoderLM.new_sink_cache`.
     """
 
-    def __init__(self, layers: list[KVCache] | list[SinkKVCache]) -> None:
-        kinds = {type(c) for c in layers}
-        if not layers or len(kinds) != 1 or not kinds <= {KVCache, SinkKVCache}:
-            raise TypeError("layers must be a non-empty list of KVCache, or of SinkKVCache")
+    def __init__(self, layers: list) -> None:
+        if not isinstance(layers, list | tuple) or not layers:
+            raise TypeError("layers must be a non-empty list of per-layer caches")
         self.layers = list(layers)
 
     @property
     def rolling(self) -> bool:
-        """True for sink caches (one token at a time, RoPE by place in the cache)."""
-        return isinstance(self.layers[0], SinkKVCache)
+        """True when a layer's cache drops tokens (a sink cache: one token at a time, and the
+        positions it sees never reach the model's context)."""
+        return any(c.rolling for c in self.layers)
 
     @property
     def length(self) -> int:
-        first = self.layers[0]
-        return first.seen if self.rolling else first.length
+        return self.layers[0].seen
 
     @property
     def nbytes(self) -> int:
         return sum(c.nbytes for c in self.layers)
 
+    def check(self, batch_size: int, n: int) -> None:
+        """Raise ValueError, naming why, unless every layer's cache takes n new tokens."""
+        for c in self.layers:
+            c.check(batch_size, n)
+
     def truncate(self, length: int) -> None:
         """Forget every token after the first `length` (KVCache only)."""
-        if self.rolling:
-            raise ValueError("a SinkKVCache cannot be truncated (its evicted tokens are gone)")
         for c in self.layers:
             c.truncate(length)

@@ -8,6 +8,7 @@ from mha_lib.efficient.cache_cost import (
     CacheConfig,
     beyond_native,
     cache_bytes,
+    cache_config,
     cache_numbers_per_token,
 )
 from mha_lib.nn.kv_cache import KVCache, SinkKVCache
@@ -48,3 +49,12 @@ def test_sink_cache_nbytes_equals_the_windowed_formula():
     cache = SinkKVCache(2, 2, 8, window=6, num_sinks=3)
     for N in (9, 100, 10_000):
         assert cache.nbytes == cache_bytes(cfg, N, batch=2, num_sinks=3)
+
+
+def test_a_decoders_configuration_is_priced_as_its_cache_holds():
+    from mha_lib.distributed.weights import TINY
+    from mha_lib.nn.decoder import DecoderLM
+
+    cfg = cache_config(TINY)  # 2 layers, 3 key/value heads of 8, float32
+    assert (cfg.attention, cache_numbers_per_token(cfg)) == ("GQA", 2 * 3 * 8)
+    assert DecoderLM(TINY).new_cache(2, 10).nbytes == cache_bytes(cfg, 10, batch=2)

@@ -13,7 +13,7 @@ import torch
 
 from mha_lib.efficient.cache_cost import cache_bytes, cache_config, cache_numbers_per_token
 from mha_lib.llm.gguf_file import GGUFFile, find_model_file
-from mha_lib.llm.loader import gguf_names, load_decoder
+from mha_lib.llm.loader import gguf_names, hf_names, load_decoder, read_weight
 from mha_lib.testing import assert_close
 
 LOGIT_ATOL = 1e-3  # see the module docstring
@@ -62,6 +62,32 @@ def test_loading_fills_every_parameter_from_one_tensor(tiny_gguf):
     with GGUFFile(path) as f:
         assert set(names) == set(f.tensors)
     assert ours.lm_head is None and ours.output_weight is ours.embed.weight  # tied: stored once
+
+
+def test_both_name_maps_cover_every_parameter_once(tiny_gguf):
+    path, ref = tiny_gguf
+    ours = load_decoder(path)
+    params = sorted(n for n, _ in ours.named_parameters())
+    assert sorted(gguf_names(ours.config).values()) == params
+    assert sorted(hf_names(ours.config)) == params
+    assert set(hf_names(ours.config).values()) <= set(ref.state_dict())
+
+
+def test_a_shard_read_is_the_slice_of_the_whole(tiny_gguf):
+    """read_weight: rows of whole heads (W_Q's put back into the half-split layout), columns on
+    the blocks, written into a given tensor or a new one, a few rows at a time."""
+    path, _ = tiny_gguf
+    with GGUFFile(path) as f:
+        whole = read_weight(f, "blk.1.attn_q.weight", head_dim=16)  # (64, 64)
+        part = read_weight(f, "blk.1.attn_q.weight", (16, 48), (32, 64), head_dim=16)
+        assert_close(part, whole[16:48, 32:64], rtol=0, atol=0)
+        out = torch.empty(96, 64)
+        assert read_weight(f, "blk.0.ffn_up.weight", out=out) is out
+        assert_close(out, f.read("blk.0.ffn_up.weight"), rtol=0, atol=0)
+        assert_close(read_weight(f, "blk.1.attn_q.weight"), f.read("blk.1.attn_q.weight"),
+                     rtol=0, atol=0)  # head_dim=None: the file's rows  # fmt: skip
+    ours = load_decoder(path)
+    assert_close(whole, ours.layers[1].self_attn.q_proj.weight, rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------ the real model

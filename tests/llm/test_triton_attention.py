@@ -13,9 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_lib.llm.triton_attention import triton_attention_09
-from mha_lib.nn.backends import ATTENTIONS, bottom_right_mask
+from mha_lib.llm.triton_attention import triton_flash_attention
+from mha_lib.nn.backends import ATTENTIONS
 from mha_lib.nn.gqa import repeat_kv
+from mha_lib.nn.masks import bottom_right_causal_tensor
 from mha_lib.testing import assert_close
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
@@ -35,19 +36,19 @@ def qkv(n, m, dtype=torch.float32, seed=0, h=6, h_kv=2, d=16):
 def reference(q, k, v):
     """SDPA on repeated key/value heads with the explicit bottom-right mask."""
     g = q.shape[1] // k.shape[1]
-    mask = bottom_right_mask(q.shape[2], k.shape[2])
+    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2])
     return F.scaled_dot_product_attention(q, repeat_kv(k, g), repeat_kv(v, g), attn_mask=mask)
 
 
 def test_the_llm_package_registers_the_kernel_by_name():
-    assert ATTENTIONS["triton"] is triton_attention_09
+    assert ATTENTIONS["triton"] is triton_flash_attention
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (Linux x86_64 only)")
 @pytest.mark.parametrize(("n", "m"), SHAPES)
 def test_the_triton_kernel_equals_masked_sdpa(n, m):
     q, k, v = qkv(n, m)
-    assert_close(triton_attention_09(q, k, v), reference(q, k, v), rtol=0, atol=1e-5)
+    assert_close(triton_flash_attention(q, k, v), reference(q, k, v), rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["flash", "triton"])

@@ -12,14 +12,16 @@ import torch.nn.functional as F
 
 from mha_lib.nn.backends import (
     ATTENTIONS,
+    RecordWeights,
     attention_weights,
-    bottom_right_mask,
     eager_attention,
-    flash_attention_08,
+    register_attention,
     resolve_attention,
     sdpa_attention,
+    tiled_flash_attention,
 )
 from mha_lib.nn.gqa import repeat_kv
+from mha_lib.nn.masks import bottom_right_causal_tensor
 from mha_lib.testing import assert_close
 
 SHAPES = [(7, 7), (3, 11), (1, 9)]  # (n, m): a prompt, a chunk against a cache, one token
@@ -36,16 +38,12 @@ def qkv(n, m, dtype=torch.float64, seed=0, h=6, h_kv=2, d=16):
 def reference(q, k, v):
     """SDPA on repeated key/value heads with the explicit bottom-right mask."""
     g = q.shape[1] // k.shape[1]
-    mask = bottom_right_mask(q.shape[2], k.shape[2])
+    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2])
     return F.scaled_dot_product_attention(q, repeat_kv(k, g), repeat_kv(v, g), attn_mask=mask)
 
 
-def test_the_mask_puts_the_queries_last():
-    assert bottom_right_mask(2, 4).tolist() == [[True, True, True, False], [True] * 4]
-
-
 @pytest.mark.parametrize(("n", "m"), SHAPES)
-@pytest.mark.parametrize("fn", [sdpa_attention, eager_attention, flash_attention_08])
+@pytest.mark.parametrize("fn", [sdpa_attention, eager_attention, tiled_flash_attention])
 def test_each_attention_equals_masked_sdpa(fn, n, m):
     q, k, v = qkv(n, m)
     assert_close(fn(q, k, v), reference(q, k, v), rtol=0, atol=1e-12)
@@ -57,8 +55,29 @@ def test_the_weights_are_a_causal_softmax(n, m):
     w = attention_weights(q, k)  # (B, h, n, m)
     assert w.shape == (2, 6, n, m)
     assert_close(w.sum(-1), torch.ones(2, 6, n, dtype=torch.float64))
-    assert (w.masked_select(~bottom_right_mask(n, m)) == 0).all()
+    assert (w.masked_select(~bottom_right_causal_tensor(n, m)) == 0).all()
     assert_close(w @ repeat_kv(v, 3), reference(q, k, v), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("n", "m"), SHAPES)
+def test_recording_the_weights_attends_as_the_written_out_form(n, m):
+    q, k, v = qkv(n, m, seed=2)
+    record = RecordWeights()
+    out = [record(q, k, v), record(q[:, :, -1:], k, v)]  # two calls, as two layers would
+    assert_close(out[0], eager_attention(q, k, v), rtol=0, atol=1e-12)
+    assert len(record.weights) == 2
+    assert_close(record.weights[0], attention_weights(q, k), rtol=0, atol=0)
+    assert_close(out[1], reference(q[:, :, -1:], k, v), rtol=0, atol=1e-12)
+
+
+def test_a_registered_function_is_found_by_name():
+    register_attention("test-sdpa", sdpa_attention)
+    try:
+        assert resolve_attention("test-sdpa") is sdpa_attention
+    finally:
+        del ATTENTIONS["test-sdpa"]
+    with pytest.raises(TypeError, match=r"a name \(str\) and a function"):
+        register_attention("x", 3)
 
 
 def test_names_and_bad_names():

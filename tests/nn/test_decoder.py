@@ -10,10 +10,12 @@ each other (cache against no cache, one layout against the other) stay at 1e-10.
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from mha_lib.llm.loader import hf_names
-from mha_lib.nn.decoder import DecoderConfig, DecoderLM, RMSNorm, SwiGLU
+from mha_lib.nn.decoder import DecoderBlock, DecoderConfig, DecoderLM, RMSNorm, SwiGLU
 from mha_lib.nn.kv_cache import KVCache
+from mha_lib.positions import rope
 from mha_lib.testing import assert_close
 
 RAND_ATOL = 1e-5  # see the module docstring
@@ -144,6 +146,51 @@ def test_a_sink_cache_past_its_window_keeps_the_sinks_and_the_last_keys_before_r
     assert kept == [0, 1, 6, 7, 8] and sink.length == 9
     assert_close(k_sink, k_direct, rtol=0, atol=1e-12)
     assert all(torch.isfinite(s).all() for s in steps)
+
+
+def test_a_sink_cache_at_text_positions_that_evicts_nothing_equals_the_kv_cache(odd):
+    _, ours = odd
+    ids = ids_of((1, 12), 101, seed=5)
+    with torch.no_grad():
+        full = ours(ids)
+        sink = ours.new_sink_cache(1, window=10, num_sinks=2, rope_positions="original")
+        steps = torch.cat([ours(ids[:, t : t + 1], sink) for t in range(12)], dim=1)
+    assert_close(steps, full, rtol=0, atol=1e-10)
+
+
+def test_the_head_on_top_of_the_hidden_states_is_the_forward(odd):
+    _, ours = odd
+    ids = ids_of((2, 9), 101, seed=12)
+    with torch.no_grad():
+        x = ours.hidden_states(ids)  # (B, N, C): the residual stream after the last block
+        assert x.shape == (2, 9, 48)
+        assert_close(ours.logits(x), ours(ids), rtol=0, atol=0)
+        assert_close(ours.logits(x[:, -1:]), ours(ids, last_only=True), rtol=0, atol=0)
+
+
+def test_qkv_is_what_a_layer_attends_with(odd):
+    """A layer's output is W_O of the attention of its qkv: the queries and keys rotated."""
+    _, ours = odd
+    attn = ours.layers[1].self_attn
+    x = torch.randn(2, 7, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(13))
+    pos = torch.arange(7)
+    with torch.no_grad():
+        q, k, v = attn.qkv(x, pos)  # (2, 6, 7, 8), (2, 2, 7, 8), (2, 2, 7, 8)
+        heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        expected = attn.out_proj(heads.transpose(1, 2).reshape(2, 7, 48))
+        assert_close(attn(x, pos), expected, rtol=0, atol=1e-12)
+        assert_close(k, rope(attn.project(x)[1], pos, 1000.0), rtol=0, atol=0)
+
+
+def test_a_block_takes_another_attention_module(odd):
+    _, ours = odd
+    layer = ours.layers[0]
+    block = DecoderBlock(ours.config, attention=layer.self_attn).double()
+    block.load_state_dict(layer.state_dict())
+    x = torch.randn(1, 5, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
+    assert block.self_attn is layer.self_attn
+    with torch.no_grad():
+        assert_close(block(x, torch.arange(5)), layer(x, torch.arange(5)), rtol=0, atol=0)
 
 
 def test_need_weights_gives_each_layers_weights(odd):

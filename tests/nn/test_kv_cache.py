@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 import mha_lib
 from mha_lib.nn.gqa import GroupedQueryAttention
 from mha_lib.nn.kv_cache import (
+    DecoderCache,
     KVCache,
     SinkKVCache,
     cached_attention,
@@ -192,3 +193,71 @@ def test_bad_input_is_refused():
         cache.append(torch.zeros(1, 2, 2, 4), torch.zeros(1, 2, 2, 4))
     with pytest.raises(ValueError, match="window"):
         SinkKVCache(1, 2, 4, window=0)
+
+
+# --- what a decoder layer asks of a cache --------------------------------------------------------
+
+
+def test_a_kv_cache_update_rotates_at_the_positions_then_stores():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 4, 3, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 2, 3, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 2, 3, 8, generator=g, dtype=torch.float64)
+    cache = KVCache(1, 2, 10, 8, dtype=torch.float64)
+    cache.append(k[:, :, :1], v[:, :, :1])  # one token seen before: the next are at 1, 2
+    positions = torch.tensor([1, 2])
+    q2, k2, v2 = cache.update(q[:, :, 1:], k[:, :, 1:], v[:, :, 1:], positions, rope)
+    torch.testing.assert_close(q2, rope(q[:, :, 1:], positions), rtol=0, atol=0)
+    torch.testing.assert_close(k2[:, :, 1:], rope(k[:, :, 1:], positions), rtol=0, atol=0)
+    torch.testing.assert_close(v2, v, rtol=0, atol=0)
+    assert cache.seen == cache.length == 3 and not cache.rolling
+    cache.check(1, 7)
+    with pytest.raises(ValueError, match=r"3 cached \+ 8 new tokens = 11 do not fit"):
+        cache.check(1, 8)
+    with pytest.raises(ValueError, match="input_ids has batch 2; the cache was made for 1"):
+        cache.check(2, 1)
+
+
+@pytest.mark.parametrize("rope_positions", ["cache", "original"])
+def test_a_sink_cache_update_rotates_where_it_says(rope_positions):
+    """At its places in the cache (StreamingLLM: the keys stored as projected) or at its text
+    positions (the keys stored rotated); the values as given, in text order."""
+    g = torch.Generator().manual_seed(2)
+    S, W, N, d = 1, 2, 6, 8
+    q = torch.randn(1, 2, N, d, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 1, N, d, generator=g, dtype=torch.float64)
+    cache = SinkKVCache(1, 1, d, W, S, rope_positions=rope_positions, dtype=torch.float64)
+    for t in range(N):
+        qt, kt, vt = cache.update(q[:, :, t : t + 1], k[:, :, t : t + 1], k[:, :, t : t + 1],
+                                  torch.tensor([t]), rope)  # fmt: skip
+    kept = cache.positions()  # [0, 4, 5]
+    places = torch.tensor(cache.cache_positions())  # [0, 1, 2]
+    where_q, where_k = (places[-1:], places) if rope_positions == "cache" else (
+        torch.tensor([N - 1]), torch.tensor(kept))  # fmt: skip
+    torch.testing.assert_close(qt, rope(q[:, :, -1:], where_q), rtol=0, atol=1e-12)
+    torch.testing.assert_close(kt, rope(k[:, :, kept], where_k), rtol=0, atol=1e-12)
+    torch.testing.assert_close(vt, k[:, :, kept], rtol=0, atol=0)
+    assert kept == [0, 4, 5] and cache.rolling and cache.seen == N
+    with pytest.raises(ValueError, match="one token at a time"):
+        cache.check(1, 2)
+    with pytest.raises(ValueError, match="cannot be truncated"):
+        cache.truncate(2)
+    with pytest.raises(ValueError, match="rope_positions = 'text'"):
+        SinkKVCache(1, 1, d, W, S, rope_positions="text")
+
+
+def test_a_decoder_cache_is_one_entry_per_layer():
+    layers = [KVCache(2, 1, 5, 4), KVCache(2, 1, 5, 4)]
+    cache = DecoderCache(layers)
+    for c in layers:
+        c.append(torch.zeros(2, 1, 3, 4), torch.zeros(2, 1, 3, 4))
+    assert cache.length == 3 and not cache.rolling
+    assert cache.nbytes == 2 * layers[0].nbytes
+    cache.check(2, 2)
+    with pytest.raises(ValueError, match="do not fit"):
+        cache.check(2, 3)
+    cache.truncate(1)
+    assert [c.length for c in layers] == [1, 1]
+    assert DecoderCache([SinkKVCache(1, 1, 4, 2)]).rolling
+    with pytest.raises(TypeError, match="a non-empty list of per-layer caches"):
+        DecoderCache([])
