@@ -19,7 +19,7 @@ from mha_lib.llm.induction import (
     induction_scores,
     load_sweep,
     ov_circuit,
-    previous_token_scores,
+    previous_token_score,
     qk_circuit,
     random_tokens,
     stripe_score,
@@ -66,7 +66,7 @@ def test_stripes_on_hand_made_patterns():
         stripe_score(A, 3, 2)
 
 
-def test_induction_and_previous_token_scores_equal_transformers(smollm2, repeated):
+def test_induction_and_previous_token_score_equal_transformers(smollm2, repeated):
     model, _ = smollm2
     ids, theirs = repeated
     A = torch.stack(theirs.attentions)  # (L, B, h, N, N)
@@ -75,7 +75,7 @@ def test_induction_and_previous_token_scores_equal_transformers(smollm2, repeate
     assert_close(induction_scores(model, ids, P), expected, rtol=0, atol=1e-4)
     t = torch.arange(1, 2 * P)
     expected = A[:, :, :, t, t - 1].mean(dim=(1, 3))
-    assert_close(previous_token_scores(model, ids), expected, rtol=0, atol=1e-4)
+    assert_close(previous_token_score(model, ids), expected, rtol=0, atol=1e-4)
     with pytest.raises(ValueError, match="period = 24"):
         induction_scores(model, ids, 2 * P)
 
