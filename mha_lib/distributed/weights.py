@@ -1,6 +1,6 @@
 """Where each rank's weights come from: weight sources that read one shard and nothing else.
 
-Derived in notebook 14 §3. The model itself is notebook 12's (`mha_lib.llm.decoder`: its
+Derived in notebook 14 §3. The model itself is notebook 12's (`mha_lib.nn.decoder`: its
 `DecoderConfig`, `RMSNorm`, `SwiGLU`, `DecoderAttention` with `positions.rope`, `DecoderLM`);
 what is distributed-specific is that every rank builds its own part of it, in its own process,
 reading only the rows and columns it holds. A *weight source* is a callable

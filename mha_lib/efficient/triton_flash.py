@@ -1,6 +1,6 @@
 """FlashAttention as a Triton kernel: forward, backward, and two warm-up kernels.
 
-Derived in notebook 09, from notebook 08's plain-torch loop (`mha_lib.efficient.flash`).
+Derived in notebook 09, from notebook 08's plain-torch loop (`mha_lib.nn.flash`).
 This module imports torch and triton, so it is imported explicitly
 (`from mha_lib.efficient.triton_flash import ...`); `import mha_lib` stays numpy-only.
 Triton ships wheels for Linux x86_64 only; elsewhere importing this module raises
