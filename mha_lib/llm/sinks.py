@@ -24,7 +24,6 @@ import torch
 from torch import Tensor
 
 from ..nn.decoder import DecoderLM
-from ..pytorch import split_heads
 
 __all__ = [
     "first_token_attention",
@@ -110,7 +109,7 @@ def value_norms(model: DecoderLM, inputs: Tensor) -> Tensor:
     from the layer inputs (L, B, N, C) of `layer_inputs`: v = v_proj(norm1(x))."""
     out = []
     for layer, x in zip(model.layers, inputs):
-        v = split_heads(layer.self_attn.v_proj(layer.norm1(x)), model.config.num_kv_heads)
+        _, _, v = layer.self_attn.project(layer.norm1(x))  # (B, h_kv, N, d)
         out.append(v.norm(dim=-1))  # (B, h_kv, N)
     return torch.stack(out)
 
@@ -134,7 +133,7 @@ def noop_correlation(model: DecoderLM, weights: Tensor, inputs: Tensor, start: i
     g = cfg.num_heads // cfg.num_kv_heads
     out = []
     for l, (layer, x) in enumerate(zip(model.layers, inputs)):
-        v = split_heads(layer.self_attn.v_proj(layer.norm1(x)), cfg.num_kv_heads)
+        _, _, v = layer.self_attn.project(layer.norm1(x))  # (B, h_kv, N, d)
         o = weights[l] @ v.repeat_interleave(g, dim=1)  # (B, h, N, d): each head's output
         a0 = weights[l][:, :, start:, 0].transpose(0, 1).flatten(1)  # (h, B·(N - start))
         size = o[:, :, start:].norm(dim=-1).transpose(0, 1).flatten(1)  # (h, B·(N - start))
