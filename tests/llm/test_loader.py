@@ -14,9 +14,11 @@ import torch
 from mha_lib.efficient.cache_cost import cache_bytes, cache_config, cache_numbers_per_token
 from mha_lib.llm.gguf_file import GGUFFile, find_model_file
 from mha_lib.llm.loader import gguf_names, hf_names, load_decoder, read_weight
+from mha_lib.nn.generation import Trace, generate
 from mha_lib.testing import assert_close
 
 LOGIT_ATOL = 1e-3  # see the module docstring
+NEW_TOKENS = 40  # new tokens compared one by one
 TEXTS = [
     "The capital of France is",
     "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
@@ -144,6 +146,33 @@ def test_the_cache_costs_what_notebook_11_says(smollm2):
     assert cache_numbers_per_token(cfg) == 2 * 3 * 64
     cache = model.new_cache(1, 100)
     assert cache.nbytes == cache_bytes(cfg, 100) == 30 * 2 * 3 * 64 * 100 * 4
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        "The history of the printing press begins",
+        [{"role": "user", "content": "Explain what a hash table is."}],
+    ],
+    ids=["plain", "chat"],
+)
+def test_greedy_equals_transformers_token_for_token(smollm2, reference_model, prompt):
+    model, tok = smollm2
+    ids = tok.encode(prompt) if isinstance(prompt, str) else tok.encode_chat(prompt)
+    ids = torch.tensor([ids])
+    trace = Trace()
+    ours = generate(model, ids, NEW_TOKENS, stop_ids=(), trace=trace)
+    ref = reference_model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=NEW_TOKENS,
+        min_new_tokens=NEW_TOKENS,
+        do_sample=False,
+        pad_token_id=2,
+    )
+    assert ours.shape[1] - ids.shape[1] == NEW_TOKENS
+    assert ours[0].tolist() == ref[0].tolist()
+    assert min(trace.logit_margins) > 1e-3  # no near-tie: equality is not luck of the rounding
 
 
 def test_a_prompt_longer_than_the_real_context(smollm2):
