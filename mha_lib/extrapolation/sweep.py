@@ -13,6 +13,11 @@ continued):
 - "rope + base": the "NTK-aware" larger base, base · 4^(d/(d-2)) with d = d_k;
 - "rope": neither, the same fine-tune (the control: what the fine-tune alone buys).
 A fine-tuned variant is named "<how>, tuned <steps>" ("rope + PI, tuned 500", "rope, tuned 100").
+The fine-tune stops at 1000 steps, as Chen et al.'s does, so notebook 10 states what happens
+within 1000 steps. Continuing it to 4000 (adding 2000 and 4000 to FINETUNE["steps"]) would take
+the sweep from about 32 to about 77 minutes of one core: each (task, seed) trains six models of
+about 7 s and runs three fine-tunes of about 15 s per 1000 steps (measured on a busy 2-core AMD
+EPYC; to be measured again on an idle one).
 
 The sweep takes about half an hour of one CPU core (an hour and a half on two busy shared
 cores), so its summary is cached in `SWEEP_FILE` (`mha_lib/data/nb10_extrapolation.json`) and
@@ -20,8 +25,9 @@ notebook 10 reads it with `load_sweep`;
 `python -m mha_lib.extrapolation.sweep` regenerates it. The numbers follow training
 trajectories, which differ in their last bits from one processor to another;
 `tests/extrapolation/test_sweep.py` regenerates `TEST_SUBSET` and compares its accuracies with
-the cached ones within a margin, and trains seeds outside the cache to test the claims that
-notebook 10 states for every seed.
+the cached ones within a margin, and trains a seed outside the cache to test the claims that
+notebook 10 states for every seed (`seed_claims`, with the variants it needs in
+`CLAIM_VARIANTS`).
 """
 
 from __future__ import annotations
