@@ -15,9 +15,9 @@ continued):
 A fine-tuned variant is named "<how>, tuned <steps>" ("rope + PI, tuned 500", "rope, tuned 100").
 The fine-tune stops at 1000 steps, as Chen et al.'s does, so notebook 10 states what happens
 within 1000 steps. Continuing it to 4000 (adding 2000 and 4000 to FINETUNE["steps"]) would take
-the sweep from about 32 to about 77 minutes of one core: each (task, seed) trains six models of
-about 7 s and runs three fine-tunes of about 15 s per 1000 steps (measured on a busy 2-core AMD
-EPYC; to be measured again on an idle one).
+the sweep from about 35 to about 90 minutes of one core: each (task, seed) trains six models of
+about 7 s and runs three fine-tunes of about 19 s per 1000 steps (processor time, measured on a
+busy 2-core AMD EPYC; to be measured again on an idle one).
 
 The sweep takes about half an hour of one CPU core (an hour and a half on two busy shared
 cores), so its summary is cached in `SWEEP_FILE` (`mha_lib/data/nb10_extrapolation.json`) and
@@ -234,18 +234,21 @@ def run_sweep(seeds=SEEDS, processes: int = 1, verbose: bool = False) -> dict:
         "finetune": {**FINETUNE, "steps": list(FINETUNE["steps"])},
     }
     jobs = [(task, seed) for task in TASKS for seed in seeds]
+    rows = {}
+
+    def collect(done):  # as each (task, seed) ends, so that a long run shows its progress
+        for task, seed, row, seconds in done:
+            rows[task, seed] = row
+            if verbose:
+                print(f"{task} seed {seed}: {seconds:.0f} s", flush=True)
+
     if processes > 1:
         import multiprocessing
 
         with multiprocessing.get_context("spawn").Pool(processes) as pool:
-            done = pool.map(_job, jobs, chunksize=1)
+            collect(pool.imap_unordered(_job, jobs, chunksize=1))
     else:
-        done = map(_job, jobs)
-    rows = {}
-    for task, seed, row, seconds in done:
-        rows[task, seed] = row
-        if verbose:
-            print(f"{task} seed {seed}: {seconds:.0f} s", flush=True)
+        collect(map(_job, jobs))
     for task in TASKS:
         result[task] = {v: [rows[task, s][v] for s in seeds] for v in variants()}
     return result
