@@ -9,7 +9,10 @@
 - `prediction_interval(values)`: where ONE new seed's value lands, 95 % of the time, mean ± t ·
   sd · √(1 + 1/s): √(s + 1) times wider than the mean's interval (notebooks 06, 10 and 11). It
   assumes the seeds' values are roughly normal; a quantity that splits between solved and
-  unsolved runs is better stated as a count ("k of n").
+  unsolved runs is better stated as a count ("k of n");
+- `bootstrap_interval(units, statistic)`: the percentile bootstrap interval of any statistic of
+  a sample of units (texts, paragraphs, sequences), for a statistic that is not a mean of
+  independent values, such as a count of heads measured on the same texts (notebook 13).
 
 Plain Python and numpy; no scipy.
 """
@@ -20,7 +23,13 @@ import math
 
 import numpy as np
 
-__all__ = ["prediction_interval", "t_interval", "t_quantile", "wilson_interval"]
+__all__ = [
+    "bootstrap_interval",
+    "prediction_interval",
+    "t_interval",
+    "t_quantile",
+    "wilson_interval",
+]
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -138,3 +147,33 @@ def t_interval(values, axis: int = 0, level: float = 0.95) -> tuple[np.ndarray, 
     x, s = _seeds_along(values, axis, level, "an interval of a mean")
     t = t_quantile((1 + level) / 2, s - 1)
     return x.mean(axis), t * x.std(axis, ddof=1) / math.sqrt(s)
+
+
+def bootstrap_interval(
+    units, statistic=np.mean, resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """(estimate, low, high): statistic(units) and its percentile bootstrap interval.
+
+    units: an array whose first axis is the unit that varies (one text, paragraph or sequence
+    each); statistic: a function of such an array (the units along axis 0) returning a number.
+    The interval: draw `resamples` samples of as many units with replacement (a generator seeded
+    with `seed`, so the same units give the same interval), compute the statistic on each, and
+    take the (1 - level) / 2 and (1 + level) / 2 quantiles of those values. It asks only that
+    the units be drawn independently from the population the claim is about; with few units
+    (under 10 or so) it is too narrow, and the text should say how many there were.
+    """
+    x = np.asarray(units)
+    if x.ndim == 0 or x.shape[0] < 2:
+        raise ValueError(
+            f"units has shape {x.shape}; expected at least 2 units along axis 0 (one per text, "
+            "paragraph or sequence)"
+        )
+    if not 0 < level < 1:
+        raise ValueError(f"level = {level!r}; expected a probability such as 0.95")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 100:
+        raise ValueError(f"resamples = {resamples!r}; expected an int >= 100")
+    n = x.shape[0]
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))  # (resamples, n)
+    values = np.array([float(statistic(x[idx])) for idx in draws])  # (resamples,)
+    low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(statistic(x)), float(low), float(high)
