@@ -1,10 +1,18 @@
-"""The two intervals the series states its measured claims with, shared by every part.
+"""The intervals the series states its measured claims with, shared by every part.
 
 - `wilson_interval(k, n)`: a frequency k of n (roles credited on held-out pairs in notebook 05,
-  claims that hold in k of n seeds in notebook 06);
+  claims that hold in k of n seeds in notebooks 06, 10 and 11): where the rate lies, and so how
+  likely the next seed is to do the same;
 - `t_interval(values)`: the 95 % interval of a mean over s seeds, mean ± t · sd / √s, with t
   Student's quantile for s - 1 degrees of freedom (`t_quantile`), exact for any s >= 2
-  (notebooks 10 and 11).
+  (notebooks 06, 10 and 11): where the average over all seeds lies, not where one seed lands;
+- `prediction_interval(values)`: where ONE new seed's value lands, 95 % of the time, mean ± t ·
+  sd · √(1 + 1/s): √(s + 1) times wider than the mean's interval (notebooks 06, 10 and 11). It
+  assumes the seeds' values are roughly normal; a quantity that splits between solved and
+  unsolved runs is better stated as a count ("k of n");
+- `bootstrap_interval(units, statistic)`: the percentile bootstrap interval of any statistic of
+  a sample of units (texts, paragraphs, sequences), for a statistic that is not a mean of
+  independent values, such as a count of heads measured on the same texts (notebook 13).
 
 Plain Python and numpy; no scipy.
 """
@@ -15,7 +23,13 @@ import math
 
 import numpy as np
 
-__all__ = ["t_interval", "t_quantile", "wilson_interval"]
+__all__ = [
+    "bootstrap_interval",
+    "prediction_interval",
+    "t_interval",
+    "t_quantile",
+    "wilson_interval",
+]
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -91,20 +105,75 @@ def t_quantile(p: float, df: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def t_interval(values, axis: int = 0, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """(mean, half-width) of the `level` interval of the mean of `values` along `axis`:
-    mean ± t · sd / √s, s the number of values (seeds) along axis, sd their sample standard
-    deviation (ddof = 1), t = t_quantile((1 + level) / 2, s - 1). Needs s >= 2."""
+def _seeds_along(values, axis: int, level: float, what: str) -> tuple[np.ndarray, int]:
+    """values as float64 with s >= 2 entries along axis, and s; a clear error otherwise."""
     x = np.asarray(values, dtype=np.float64)
     if x.ndim == 0:
         raise ValueError("values is a single number; expected one value per seed along axis")
     s = x.shape[axis]
     if s < 2:
         raise ValueError(
-            f"values has {s} entry along axis {axis} (shape {x.shape}); an interval of a mean "
-            "needs at least 2 seeds"
+            f"values has {s} entry along axis {axis} (shape {x.shape}); {what} needs at least "
+            "2 seeds"
         )
     if not 0 < level < 1:
         raise ValueError(f"level = {level!r}; expected a probability such as 0.95")
+    return x, s
+
+
+def prediction_interval(
+    values, axis: int = 0, level: float = 0.95
+) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, half-width) of the `level` prediction interval for ONE new value drawn like the s
+    values along `axis` (a seed the sweep did not run): mean ± t · sd · √(1 + 1/s), with sd and
+    t as in `t_interval`. Needs s >= 2.
+
+    The new value's difference from the sample mean has the variance of one seed (sd²) plus
+    that of the mean (sd²/s), hence √(1 + 1/s); the half-width is √(s + 1) times the mean
+    interval's (3.3 times at 10 seeds). Exact for normally distributed values, not clipped to
+    any range."""
+    x, s = _seeds_along(values, axis, level, "a prediction interval")
+    t = t_quantile((1 + level) / 2, s - 1)
+    return x.mean(axis), t * x.std(axis, ddof=1) * math.sqrt(1 + 1 / s)
+
+
+def t_interval(values, axis: int = 0, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, half-width) of the `level` interval of the mean of `values` along `axis`:
+    mean ± t · sd / √s, s the number of values (seeds) along axis, sd their sample standard
+    deviation (ddof = 1), t = t_quantile((1 + level) / 2, s - 1). Needs s >= 2.
+
+    It covers the mean over all seeds; one new seed lands outside it far more often than
+    1 - level (see `prediction_interval`)."""
+    x, s = _seeds_along(values, axis, level, "an interval of a mean")
     t = t_quantile((1 + level) / 2, s - 1)
     return x.mean(axis), t * x.std(axis, ddof=1) / math.sqrt(s)
+
+
+def bootstrap_interval(
+    units, statistic=np.mean, resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """(estimate, low, high): statistic(units) and its percentile bootstrap interval.
+
+    units: an array whose first axis is the unit that varies (one text, paragraph or sequence
+    each); statistic: a function of such an array (the units along axis 0) returning a number.
+    The interval: draw `resamples` samples of as many units with replacement (a generator seeded
+    with `seed`, so the same units give the same interval), compute the statistic on each, and
+    take the (1 - level) / 2 and (1 + level) / 2 quantiles of those values. It asks only that
+    the units be drawn independently from the population the claim is about; with few units
+    (under 10 or so) it is too narrow, and the text should say how many there were.
+    """
+    x = np.asarray(units)
+    if x.ndim == 0 or x.shape[0] < 2:
+        raise ValueError(
+            f"units has shape {x.shape}; expected at least 2 units along axis 0 (one per text, "
+            "paragraph or sequence)"
+        )
+    if not 0 < level < 1:
+        raise ValueError(f"level = {level!r}; expected a probability such as 0.95")
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 100:
+        raise ValueError(f"resamples = {resamples!r}; expected an int >= 100")
+    n = x.shape[0]
+    draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))  # (resamples, n)
+    values = np.array([float(statistic(x[idx])) for idx in draws])  # (resamples,)
+    low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    return float(statistic(x)), float(low), float(high)

@@ -22,6 +22,17 @@ whose bytes per rank do not grow with P):
   all-reduce, n for a send;
 - `counted_collectives(numel)`: worker running the three ring collectives on one vector,
   checking each against what `torch.distributed` computes, returning the counted `Traffic`.
+
+What gloo itself sends. The counts above are of the library's own ring, so they equal the
+formula by construction; what the backend sends inside `dist.all_reduce` is another matter. On
+Linux every process can read the bytes it has written through system calls, sockets included
+(`wchar` in /proc/self/io, with `syscw`, the number of such calls):
+- `bytes_written()`: (bytes, calls) this process has written so far, or None where the system
+  does not say (macOS, Windows, a kernel without task I/O accounting);
+- `gloo_traffic(numel)`: worker measuring, around each of gloo's `dist.all_reduce`,
+  `dist.all_gather` and `dist.reduce_scatter` on numel float32 numbers, what this rank wrote
+  (during a collective a rank writes only to its peers' sockets; gloo adds a small header to
+  each message, so the bytes exceed the payload by a few dozen per call).
 """
 
 from __future__ import annotations
@@ -36,12 +47,15 @@ from .._checks import check_int
 from .launch import rank_device
 
 __all__ = [
+    "GLOO_OPS",
     "RING_OPS",
     "Traffic",
     "all_gather_demo",
     "all_reduce_demo",
+    "bytes_written",
     "counted_collectives",
     "finish_ring_pass",
+    "gloo_traffic",
     "reduce_scatter_demo",
     "ring_all_gather",
     "ring_all_reduce",
@@ -249,3 +263,54 @@ def counted_collectives(numel: int, dtype: torch.dtype = torch.float32) -> dict:
         (gathered - torch.cat([p.to(x.device) for p in pieces])).abs().max()
     )
     return {"traffic": traffic, "errors": errors}
+
+
+# ----------------------------------------------------------------------- what gloo itself sends
+
+
+def bytes_written() -> tuple[int, int] | None:
+    """(bytes, write calls) this process has written so far, to files, pipes and sockets alike,
+    from Linux's /proc/self/io (`wchar`, `syscw`); None where the system does not report it."""
+    try:
+        with open("/proc/self/io") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(fields["wchar"]), int(fields["syscw"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+GLOO_OPS = ("all_reduce", "all_gather", "reduce_scatter")
+
+
+def gloo_traffic(numel: int) -> dict[str, tuple[int, int]] | None:
+    """Worker: {op: (bytes, write calls)} this rank wrote during each of the backend's own
+    all-reduce, all-gather and reduce-scatter of numel float32 numbers (numel divisible by P:
+    the input of all-reduce and reduce-scatter, the output of all-gather, as in `ring_bytes`);
+    None where `bytes_written` is not available. Every rank waits at a barrier before each
+    collective, so that none is still writing for the one before."""
+    P = dist.get_world_size()
+    check_int(numel, "numel", P)
+    if numel % P:
+        raise ValueError(f"numel = {numel} is not divisible by world_size = {P}")
+    if bytes_written() is None:
+        dist.barrier()  # every rank takes part, as in a measured run
+        return None
+    device, n = rank_device(), numel // P
+    x = torch.ones(numel, device=device)  # (numel,)
+    piece = torch.ones(n, device=device)  # (numel / P,)
+    calls = {
+        "all_reduce": lambda: dist.all_reduce(x),
+        "all_gather": lambda: dist.all_gather([torch.empty_like(piece) for _ in range(P)], piece),
+        "reduce_scatter": lambda: dist.reduce_scatter(
+            torch.empty_like(piece), list(x.tensor_split(P))
+        ),
+    }
+    out = {}
+    for op in GLOO_OPS:
+        dist.barrier()
+        before = bytes_written()
+        calls[op]()
+        after = bytes_written()
+        out[op] = (after[0] - before[0], after[1] - before[1])
+    dist.barrier()
+    return out

@@ -340,17 +340,20 @@ def all_reduce_bytes(
     (two all_reduces of C numbers: after W_O and after W_down); "per_layer_sent", what one rank
     sends for them in a ring all_reduce (2 (P-1)/P of the payload); the same for the whole model
     ("payload", "sent"), with the embedding's all_reduce (C numbers) and the logits' all_gather
-    (V/P numbers from each rank)."""
+    (V/P numbers from each rank); "logits_sent", the part of "sent" that gathers the logits,
+    (P-1)/P · V numbers, which only a pass that needs every position's logits pays."""
     check_world_size(config, world_size)
     P, b, c = world_size, bytes_per_number, config
     per_layer = 2 * c.hidden_size * b
     ring = 2 * (P - 1) / P
     reduced = c.num_layers * per_layer + c.hidden_size * b
+    logits_sent = (P - 1) * c.vocab_size // P * b
     return {
         "per_layer_payload": per_layer,
         "per_layer_sent": ring * per_layer,
         "payload": reduced + c.vocab_size // P * b,
-        "sent": ring * reduced + (P - 1) * c.vocab_size // P * b,
+        "sent": ring * reduced + logits_sent,
+        "logits_sent": logits_sent,
     }
 
 

@@ -12,9 +12,11 @@ bfloat16 these models are served in) and the batch.
 
 `MODELS` holds the published configurations the notebook uses, each written once with its
 source (the model's config.json, read by hand; nothing is downloaded), and each model's
-native context: the longest sequence it was built for (`max_position_embeddings` in its
-config.json, or the model card's sequence length where the config has none). A cache bill
-beyond it prices a sequence the model does not serve as published (`beyond_native`).
+native context: the longest sequence it was trained on, as its paper or model card states it.
+A config's `max_position_embeddings` is not always that: Mistral-7B-v0.1's says 32768, where
+its paper trained it at 8192; DeepSeek-V3's says 163840 (YaRN's factor 40 times 4096), where its
+report extends the context to 128K. A cache bill beyond the native context prices a sequence
+the model was not trained on (`beyond_native`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class CacheConfig:
 
     window: the sliding window of the windowed layers (None: every layer global);
     window_layers: how many of the layers are windowed (default all, when window is set);
-    native_context: the longest context the published model was built for (None: unknown),
+    native_context: the longest context the published model was trained on (None: unknown),
     its source in `source`.
     """
 
@@ -130,9 +132,10 @@ MODELS: dict[str, CacheConfig] = {
         ),
         CacheConfig(
             "Mistral-7B",
-            "Mistral-7B-v0.1 config.json (sliding_window 4096, max_position_embeddings 32768; "
-            "Jiang et al. 2023)",
-            32, num_heads=32, num_kv_heads=8, head_dim=128, window=4096, native_context=32_768,
+            "Mistral-7B-v0.1 config.json (sliding_window 4096; its max_position_embeddings "
+            "32768 is not the training length); context: the paper's context_len 8192 (Jiang et "
+            "al. 2023, Table 1)",
+            32, num_heads=32, num_kv_heads=8, head_dim=128, window=4096, native_context=8192,
         ),
         CacheConfig(
             "Gemma-2-9B",
@@ -143,10 +146,11 @@ MODELS: dict[str, CacheConfig] = {
         ),
         CacheConfig(
             "DeepSeek-V3",
-            "DeepSeek-V3 config.json (kv_lora_rank 512, qk_rope_head_dim 64, "
-            "max_position_embeddings 163840 with YaRN from 4096; DeepSeek-AI 2024)",
+            "DeepSeek-V3 config.json (kv_lora_rank 512, qk_rope_head_dim 64; "
+            "max_position_embeddings 163840 = YaRN's factor 40 x 4096); context: the report's "
+            "extension with YaRN from 4K to 32K, then to 128K = 131072 (DeepSeek-AI 2024)",
             61, kind="mla", num_heads=128, kv_lora_rank=512, qk_rope_head_dim=64,
-            native_context=163_840,
+            native_context=131_072,
         ),
     )
 }  # fmt: skip

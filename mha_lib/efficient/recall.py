@@ -13,16 +13,20 @@ self-attention and an MLP, a tied read-out. Only the attention differs, each var
 a cache budget in numbers per token per layer (`VARIANTS`): multi-head (2 h d numbers),
 grouped-query (2 h_kv d), multi-query (2 d), and latent (r + d_R,
 `mla.MultiHeadLatentAttention`): "MLA" spends the whole budget on the latent (d_R = 0: no
-rotated key, no RoPE, as the other three have none), "MLA + RoPE" splits it as DeepSeek does
-(a quarter to the shared rotated key). What the budget cannot make equal (query heads and
-widths, parameters, MLA's normalised latent) is listed by `differences`.
+rotated key, no RoPE, as the other three have none), "MLA + RoPE" splits it between a latent and
+a shared rotated key as DeepSeek's MLA does, but gives the key a quarter (DeepSeek-V3 gives it
+64 of 576 numbers, about a ninth, which at a budget of 16 would be less than one rotated pair).
+What the budget cannot make equal (query heads and widths, parameters, MLA's normalised latent)
+is listed by `differences`.
 
 The sweep trains every variant at every budget over `SEEDS` with the same data and steps
 (about 20 minutes of one CPU core, too long for a notebook): `python -m mha_lib.efficient.recall`
 writes `SWEEP_FILE` (`mha_lib/data/nb11_recall_sweep.json`) and notebook 11 reads it with
 `load_sweep`. tests/efficient/test_recall.py regenerates a documented subset and compares it
 within margins (training follows the processor's rounding, so not bit for bit), and trains a
-seed outside the cache to test the claims notebook 11 states for every run.
+seed outside the cache to test the claim notebook 11 states for every run. The ten runs of a
+seed share its data and initial draws, so notebook 11 counts seeds, not runs, when it states a
+rate or a mean over runs.
 """
 
 from __future__ import annotations

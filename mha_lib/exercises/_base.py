@@ -7,11 +7,18 @@ container. A numpy array, a nested list, or a torch tensor (on any device, with
 `requires_grad=True`, or an `nn.Parameter`) are all read the same way, with
 `to_numpy`. Where an exercise asks for a torch tensor (notebook 04) and gets a
 numpy array, the answer passes with a note saying how to make it a tensor.
+
+The arguments are of one kind, the one the exercise says it gives. Where a notebook's own data
+are torch tensors (a model's weights and logits, notebooks 12 and 13), `run_as` passes tensors,
+and an answer written for numpy arrays only is run again on numpy arrays: judged there, and if
+right it passes with a note saying how to call it on the notebook's tensors (and the reverse for
+exercises that give numpy arrays).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -62,21 +69,36 @@ def run(fn: Callable, *args, names: tuple[str, ...] = ()):
     Also says so when fn changes one of its array arguments in place.
     """
     copies = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-    try:
-        with np.errstate(all="ignore"):  # overflow is diagnosed, not warned about
+    try:  # overflow is diagnosed, not warned about; a check prints one line, no warning
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             result = fn(*copies)
     except Exception as exc:  # a learner's error is feedback, not a crash
-        return None, f"your function raised {type(exc).__name__}: {exc}"
+        return None, f"your function raised {type(exc).__name__}: {_first_line(exc)}"
     for i, (a, c) in enumerate(zip(args, copies)):
         if isinstance(a, np.ndarray) and not np.array_equal(a, c, equal_nan=True):
-            arg = names[i] if i < len(names) else f"number {i + 1}"
-            return None, (
-                f"it changes its argument {arg} in place (x -= ..., x /= ..., out=x): the "
-                "caller's array is destroyed; compute into a new array (z = x - m)"
-            )
+            return None, _in_place(names, i)
     if result is None or result is Ellipsis:
         return None, "your function returned None: it is not implemented yet"
     return result, None
+
+
+def _in_place(names: tuple[str, ...], i: int) -> str:
+    arg = names[i] if i < len(names) else f"number {i + 1}"
+    return (
+        f"it changes its argument {arg} in place (x -= ..., x /= ..., out=x): the "
+        "caller's array is destroyed; compute into a new array (z = x - m)"
+    )
+
+
+def _is_array(a) -> bool:
+    return isinstance(a, np.ndarray) or is_tensor(a)
+
+
+def _first_line(exc: Exception) -> str:
+    """An error's message on one line (torch's list every signature a function accepts)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0].rstrip(":") if lines else ""
 
 
 def is_tensor(x) -> bool:
@@ -152,3 +174,47 @@ def in_case(problem: str | None, *hints: tuple[str, Callable[[], bool]]) -> str 
         if shown():
             return f"{problem} [{hint}]"
     return problem
+
+
+KINDS = {"numpy": "numpy arrays", "torch": "torch tensors"}
+
+
+def _as_kind(a, kind: str):
+    """A numpy array argument as the given kind ("numpy" or "torch"); anything else unchanged."""
+    if kind == "torch" and isinstance(a, np.ndarray):
+        import torch  # only the checkers whose exercises give tensors get here
+
+        return torch.from_numpy(a.copy())
+    return a
+
+
+def run_as(fn: Callable, kind: str, *args, names: tuple[str, ...] = ()):
+    """Call fn with its array arguments as `kind`, the kind the exercise gives ("torch": what a
+    model returns; "numpy"); when that raises, call it again with the other kind.
+
+    Returns (result, problem, note). An answer that works only on the other kind is judged on
+    that run, and `note` says so, with the error it raised on the kind the exercise gives, for
+    the checker to print beside its verdict (the follow-ups of the exercise pass that kind).
+    """
+    given = [_as_kind(a, kind) for a in args]
+    before = [to_numpy(a).copy() if is_tensor(a) else None for a in given]
+    result, problem = run(fn, *given, names=names)
+    for i, (a, b) in enumerate(zip(given, before)):
+        if b is not None and not np.array_equal(to_numpy(a), b, equal_nan=True):
+            return None, _in_place(names, i), None
+    if problem is None or not problem.startswith("your function raised"):
+        return result, problem, None
+    other = "numpy" if kind == "torch" else "torch"
+    again, other_problem = run(fn, *(_as_kind(a, other) for a in args), names=names)
+    if other_problem is not None:
+        return None, problem, None
+    raised = problem.removeprefix("your function ")
+    x = names[0] if names else "x"
+    convert = f"np.asarray({x})" if other == "numpy" else f"torch.as_tensor({x})"
+    note = (
+        f"on {KINDS[other]} only: on {KINDS[kind]}, what this exercise gives, it {raised}; "
+        f"start it with {x} = {convert}"
+        + (", and each other array alike" if sum(map(_is_array, args)) > 1 else "")
+        + ", or the follow-up fails the same way"
+    )
+    return again, None, note

@@ -366,6 +366,8 @@ def _interval_mistakes(acc) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         / np.sqrt(s),
         "it uses the variance instead of the standard deviation": t * sd**2 / np.sqrt(s),
         "it is the whole width (2 × the half-width)": 2 * t * sd / np.sqrt(s),
+        "it is the prediction interval for one new seed, t · sd · √(1 + 1/s): the error bars "
+        "are for the mean, t · sd / √s": t * sd * np.sqrt(1 + 1 / s),
     }
     if s != 5:
         wrong[

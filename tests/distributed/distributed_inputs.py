@@ -31,6 +31,8 @@ TINY_KV4 = replace(TINY, num_heads=8, num_kv_heads=4, head_dim=6)
 SMOLLM2_WORLD_SIZES = (1, 3)
 SMOLLM2_IDS = [15944, 48357, 30855, 897, 4070, 282, 253, 1743, 690, 1545, 3381, 42]
 SMOLLM2_NEW_TOKENS = 4
+# gloo's own collectives are measured on this many float32 numbers (768 KiB, divisible by 1..4)
+GLOO_NUMEL = 12 * 2**14
 
 
 def ring_cases(P: int) -> dict[str, tuple]:
@@ -92,6 +94,7 @@ COLLECTIVES = {
     "send_recv": (collectives.send_recv_demo, ()),
     "counted_24": (collectives.counted_collectives, (24,)),
     "counted_uneven": (collectives.counted_collectives, (23, torch.float64)),
+    "gloo_bytes": (collectives.gloo_traffic, (GLOO_NUMEL,)),
     "whoami": (launch.whoami, ()),
 }
 

@@ -2,11 +2,13 @@
 its definition says, and the ring algorithms written with send/recv equal torch.distributed's
 collectives while sending exactly the bytes of the formula (counted per rank)."""
 
+import sys
+
 import pytest
 
-from mha_lib.distributed.collectives import Traffic, ring_bytes
+from mha_lib.distributed.collectives import GLOO_OPS, Traffic, bytes_written, ring_bytes
 from mha_lib.testing import assert_close
-from tests.distributed.distributed_inputs import WORLD_SIZES
+from tests.distributed.distributed_inputs import GLOO_NUMEL, WORLD_SIZES
 
 
 @pytest.mark.parametrize("P", WORLD_SIZES)
@@ -48,6 +50,34 @@ def test_ring_collectives_with_pieces_of_unequal_size(groups, P):
         assert max(counted["errors"].values()) < 1e-12  # float64
         passed_on = sum(sizes[(r - s) % P] for s in range(P - 1))  # all-gather: pieces r, r-1, ...
         assert counted["traffic"].sent.get("all_gather", 0) == passed_on * 8
+
+
+@pytest.mark.skipif(bytes_written() is None, reason="the system reports no bytes written")
+@pytest.mark.parametrize("P", WORLD_SIZES)
+def test_what_gloo_itself_writes(groups, P):
+    """gloo's all-reduce and all-gather write the ring formula's bytes plus a header per write
+    (under 1 % here, 768 KiB); its reduce-scatter writes about twice the formula, as much as its
+    all-reduce: it reduces everything, then keeps its piece."""
+    for r in range(P):
+        measured = groups[P]["gloo_bytes"][r]
+        assert set(measured) == set(GLOO_OPS)
+        for op in ("all_reduce", "all_gather"):
+            formula, (written, calls) = ring_bytes(op, GLOO_NUMEL, P, 4), measured[op]
+            assert formula <= written <= 1.01 * formula + 1000, (op, written, formula)
+            assert (written == 0) == (P == 1) and calls <= 1000
+        if P > 1:
+            ratio = measured["reduce_scatter"][0] / ring_bytes("reduce_scatter", GLOO_NUMEL, P, 4)
+            assert 1.9 < ratio < 2.1, ratio
+
+
+def test_bytes_written_counts_this_process_writes(tmp_path):
+    if not sys.platform.startswith("linux"):
+        assert bytes_written() is None or len(bytes_written()) == 2
+        return
+    before = bytes_written()
+    (tmp_path / "x").write_bytes(b"0" * 100_000)
+    after = bytes_written()
+    assert after[0] - before[0] >= 100_000 and after[1] > before[1]
 
 
 def test_ring_bytes_formula():

@@ -174,6 +174,8 @@ def test_smollm2_over_three_ranks():
     bytes_ = all_reduce_bytes(config, 3, 4)
     assert bytes_["per_layer_payload"] == 2 * 576 * 4 == 4608
     assert bytes_["per_layer_sent"] == 4608 * 4 / 3 == 6144
+    assert bytes_["logits_sent"] == 2 * 16384 * 4  # two other ranks' thirds of V = 49152
+    assert 0.40 < bytes_["logits_sent"] / bytes_["sent"] < 0.42  # 41 %: notebook 14 says so
 
 
 def test_a_shard_is_notebook_12s_block_with_fewer_heads():

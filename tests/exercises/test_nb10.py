@@ -367,6 +367,12 @@ def interval_as(convention):
     return fn
 
 
+def prediction_interval_of_one_seed(acc):
+    """A plausible mix-up: the 95 % prediction interval for one new seed, not the mean's."""
+    s = acc.shape[0]
+    return acc.mean(0), T[s - 1] * acc.std(0, ddof=1) * np.sqrt(1 + 1 / s)
+
+
 def interval_torch(acc):
     a = torch.tensor(acc)
     s = a.shape[0]
@@ -389,6 +395,7 @@ def test_check_seed_interval_accepts_correct_forms(capsys, fn):
         (interval(q=1.0), "standard error alone"),
         (interval(power=2), "variance"),
         (interval(width=2.0), "whole width"),
+        (prediction_interval_of_one_seed, "prediction interval for one new seed"),
         (interval(axis=1), "wrong axis"),
         (lambda acc: acc.mean(0), "expected a pair"),
         (interval_as(lambda m, h: (m - h, m + h)), "it returns (low, high)"),

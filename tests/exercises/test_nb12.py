@@ -65,6 +65,10 @@ def _lohi(b):
     return (b[4:] & 15).astype(float), (b[4:] >> 4).astype(float)
 
 
+def deq_bytes_as_float32(b):
+    return float(b[:4].view(np.float32)[0]) * np.concatenate(_lohi(b))
+
+
 DEQ_WRONG = [
     (lambda b: _d(b)[0] * np.stack(_lohi(b), 1).reshape(-1) + _d(b)[1], "wrong order"),
     (lambda b: _d(b)[0] * np.concatenate(_lohi(b)[::-1]) + _d(b)[1], "halves are swapped"),
@@ -79,6 +83,16 @@ DEQ_WRONG = [
         "big-endian",
     ),
     (lambda b: _d(b)[0] * (np.concatenate(_lohi(b)) + _d(b)[1]), "adds m before scaling"),
+    (lambda b: _d(b)[0] ** -1 * np.concatenate(_lohi(b)) + _d(b)[1], "divides by d"),
+    (
+        lambda b: _d(b)[0] * np.concatenate([b[4:] & 15, b[4:] & 0xF0]).astype(float) + _d(b)[1],
+        "without shifting them down",
+    ),
+    (
+        lambda b: _d(b)[0] * np.concatenate([b[4:] & 15, b[4:] << 4]).astype(float) + _d(b)[1],
+        "shifts the wrong way",
+    ),
+    (deq_bytes_as_float32, "one float32"),
     (lambda b: deq_numpy(b) + 1, "wrong values"),
     (lambda b: deq_numpy(b)[:16], "expected shape (32,)"),
     (lambda b: None, "not implemented"),
@@ -117,12 +131,30 @@ ROW_WRONG = [
     (lambda d: np.argsort(rows_stack(d)), "inverse order"),
     (lambda d: np.stack([np.arange(d // 2) + d // 2, np.arange(d // 2)], 1).reshape(-1), "swapped"),
     (lambda d: rows_stack(d) + 1, "from 1"),
-    (lambda d: rows_stack(d)[::-1], "reversed"),
-    (lambda d: np.arange(d)[::-1], "pairs each row with the next"),
+    (lambda d: rows_stack(d)[::-1], "the right order reversed"),
+    (lambda d: np.arange(d)[::-1], "it reverses the rows"),
     (lambda d: np.arange(d // 2), "returns"),
     (lambda d: np.zeros(d, dtype=int), "not a permutation"),
     (lambda d: np.roll(rows_stack(d), 2), "wrong order"),
-]
+    (lambda d: np.stack([np.arange(d // 2), d - 1 - np.arange(d // 2)], 1).reshape(-1), "mirror"),
+    (lambda d: np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2 - 1], 1).reshape(-1),
+     "i + d/2 - 1"),
+    (lambda d: np.stack([np.arange(d // 2), np.arange(d // 2) + d], 1).reshape(-1),
+     "not (i, i + d)"),
+    (lambda d: np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], 1), "returns the pairs"),
+    (lambda d: np.arange(d).reshape(d // 2, 2).T.reshape(-1), "inverse order"),
+    (lambda d: torch.arange(d), "identity"),
+]  # fmt: skip
+
+
+def test_reversed_rows_are_not_blamed_on_pairing():
+    """np.arange(d)[::-1] was once told that it pairs each row with the next one."""
+    import io
+    from contextlib import redirect_stdout
+
+    with redirect_stdout(io.StringIO()) as out:
+        check_gguf_row_order(lambda d: np.arange(d)[::-1])
+    assert "pairs each row with the next" not in out.getvalue()
 
 
 @pytest.mark.parametrize("fn, words", ROW_WRONG)
@@ -153,10 +185,42 @@ def top_p_loop(z, p):
     return out
 
 
-@pytest.mark.parametrize("fn", [top_p_library, top_p_loop])
+def top_p_torch(z, p):  # torch's own functions, as on the model's logits
+    probs, order = torch.softmax(z, dim=-1).sort(dim=-1, descending=True)
+    drop = (probs.cumsum(dim=-1) - probs >= p).scatter(-1, order, probs.cumsum(-1) - probs >= p)
+    return z.masked_fill(drop, float("-inf"))
+
+
+def top_p_numpy(z, p):  # numpy only: np.take_along_axis refuses a tensor's indices
+    probs = np.exp(z - z.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    order = np.argsort(-probs, -1)
+    sp = np.take_along_axis(probs, order, -1)
+    keep = np.zeros(z.shape, bool)
+    np.put_along_axis(keep, order, np.cumsum(sp, -1) - sp < p, -1)
+    return np.where(keep, z, -np.inf)
+
+
+@pytest.mark.parametrize("fn", [top_p_library, top_p_loop, top_p_torch])
 def test_top_p_accepts_correct_forms(capsys, fn):
     assert check_top_p(fn)
-    assert "✓ top_p: correct" in verdict(capsys)
+    out = verdict(capsys)
+    assert "✓ top_p: correct" in out and "only" not in out
+
+
+def test_top_p_for_numpy_arrays_only_passes_with_a_note(capsys):
+    """The model's logits are torch tensors, which the checker passes; an answer for numpy arrays
+    is judged on numpy arrays and told how to run on the model's logits."""
+    assert check_top_p(top_p_numpy)
+    out = verdict(capsys)
+    assert "✓ top_p: correct (on numpy arrays only" in out and "np.asarray(logits)" in out
+
+
+def test_the_dequantize_checker_gives_numpy_bytes(capsys):
+    seen = []
+    check_dequantize_q4_1(lambda b: seen.append(type(b)) or deq_numpy(b))
+    assert seen[0] is np.ndarray
+    capsys.readouterr()
 
 
 def _sm(z):
@@ -206,7 +270,31 @@ TOP_P_WRONG = [
     (one_too_many, "one token too many"),
     (lambda z, p: np.full_like(z, -np.inf), "keeps no token"),
     (lambda z, p: top_p_loop(z, p) + 1, "wrong values"),
-]
+    (lambda z, p: np.where(np.cumsum(_sm(z), -1) - _sm(z) < p, z, -np.inf), "vocabulary's order"),
+    (lambda z, p: whole_batch(z, p), "the whole batch at once"),
+    (lambda z, p: softmax_axis0(z, p), "axis 0"),
+]  # fmt: skip
+
+
+def whole_batch(z, p):
+    """Each row's softmax, then every row's probabilities sorted together."""
+    z = np.asarray(z)
+    flat = _sm(z).reshape(-1)
+    order = np.argsort(-flat, kind="stable")
+    keep = np.zeros(flat.shape, bool)
+    keep[order] = np.cumsum(flat[order]) - flat[order] < p
+    return np.where(keep.reshape(z.shape), z, -np.inf)
+
+
+def softmax_axis0(z, p):
+    z = np.asarray(z)
+    probs = np.exp(z - z.max(0, keepdims=True))
+    probs /= probs.sum(0, keepdims=True)
+    order = np.argsort(-probs, -1, kind="stable")
+    sp = np.take_along_axis(probs, order, -1)
+    keep = np.zeros(z.shape, bool)
+    np.put_along_axis(keep, order, np.cumsum(sp, -1) - sp < p, -1)
+    return np.where(keep, z, -np.inf)
 
 
 @pytest.mark.parametrize("fn, words", TOP_P_WRONG)

@@ -46,10 +46,34 @@ def first_library(A, start):  # the library's own function, on weights (L = 1, B
     return position_attention(torch.as_tensor(A)[None], 0, start)[0]
 
 
-@pytest.mark.parametrize("fn", [first_numpy, first_torch, first_loop, first_library])
+def first_np_functions(A, start):  # numpy's functions: torch tensors refuse axis=
+    return np.mean(np.asarray(A)[:, :, start:, 0], axis=(0, 2))
+
+
+@pytest.mark.parametrize(
+    "fn", [first_numpy, first_torch, first_loop, first_library, first_np_functions]
+)
 def test_first_token_accepts_correct_forms(capsys, fn):
     assert check_first_token_score(fn)
-    assert "✓ first_token_score: correct" in verdict(capsys)
+    out = verdict(capsys)
+    assert "✓ first_token_score: correct" in out and "numpy arrays only" not in out
+
+
+def test_an_answer_for_numpy_arrays_only_passes_with_a_note(capsys):
+    """The exercise gives torch tensors (the model's weights); numpy's np.mean(A, axis=...)
+    raises on them, so the answer is judged on numpy arrays and told how to run the follow-up."""
+    assert check_first_token_score(lambda A, s: np.mean(A[:, :, s:, 0], axis=(0, 2)))
+    out = verdict(capsys)
+    assert "✓ first_token_score: correct (on numpy arrays only" in out
+    assert "A = np.asarray(A)" in out
+
+
+def test_the_checkers_give_torch_tensors(capsys):
+    seen = []
+    check_first_token_score(lambda A, s: seen.append(type(A)) or first_torch(A, s))
+    check_perplexity(lambda z, ids: seen.append((type(z), type(ids))) or ppl_torch(z, ids))
+    assert seen[0] is torch.Tensor and seen[-1] == (torch.Tensor, torch.Tensor)
+    capsys.readouterr()
 
 
 FIRST_WRONG = [
@@ -65,6 +89,13 @@ FIRST_WRONG = [
     ),
     (lambda A, s: A[:, :, s:, 0].mean(axis=(1, 2)), "one number per head"),
     (lambda A, s: float(A[:, :, s:, 0].mean()), "one number per head"),
+    (lambda A, s: A[:, :, s:, 1].mean(axis=(0, 2)), "position 1 (column 1)"),
+    (lambda A, s: A[:, :, s:, -1].mean(axis=(0, 2)), "last column"),
+    (lambda A, s: A[:, :, s - 1 :, 0].mean(axis=(0, 2)), "one query early"),
+    (lambda A, s: np.median(np.asarray(A)[:, :, s:, 0], axis=2).mean(0), "median"),
+    (lambda A, s: A[:, :, s:, 0].mean(dim=(0, 2)) * 2, "wrong values"),
+    (lambda A, s: np.mean(A[:, :, :, 0], axis=(0, 2)), "only the queries t >= start count"),
+    (lambda A, s: A[:, :, s:, 0].mean(dim=0), "expected shape"),
 ]
 
 
@@ -115,6 +146,17 @@ PREFIX_WRONG = [
      .sum(axis=(0, 2)) / (A.shape[0] * A.shape[-1]), "averages over every query"),
     (lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - 1),
      "previous token"),
+    (lambda A, P: _stripe(A, np.arange(P + 1, A.shape[-1]), np.arange(P + 1, A.shape[-1]) - P + 1),
+     "one query late"),
+    (lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - P - 1),
+     "t - period - 1"),
+    (lambda A, P: A[:, :, np.arange(P, A.shape[-1]), np.arange(1, A.shape[-1] - P + 1)].max(2)
+     .mean(0), "largest weight"),
+    (lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1])), "on itself"),
+    (lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3).mean(dim=(0, 2)),
+     "starts at query period - 1"),
+    (lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3)[:, :, 1:].mean(dim=0),
+     "expected shape"),
 ]  # fmt: skip
 
 
@@ -171,6 +213,15 @@ PPL_WRONG = [
     (lambda z, ids: 1 / torch.softmax(torch.as_tensor(z), -1)[:, :-1]
      .gather(-1, torch.as_tensor(ids)[:, 1:, None]).mean(), "1 / mean probability"),
     (lambda z, ids: _losses(z, ids).mean(1).exp(), "one number for the whole batch"),
+    (lambda z, ids: torch.nn.functional.cross_entropy(torch.as_tensor(z)[:, 1:].transpose(1, 2),
+                                                      torch.as_tensor(ids)[:, :-1]).exp(),
+     "shifts the wrong way"),
+    (lambda z, ids: (-_losses(z, ids).mean()).exp(), "minus sign"),
+    (lambda z, ids: 10 ** _losses(z, ids).mean(), "base 10"),
+    (lambda z, ids: torch.exp(-torch.log_softmax(torch.as_tensor(z), 1)[:, :-1]
+                              .gather(-1, torch.as_tensor(ids)[:, 1:, None]).mean()),
+     "over the positions"),
+    (lambda z, ids: _losses(z, ids).mean().exp() + 1, "wrong values"),
 ]  # fmt: skip
 
 
@@ -178,3 +229,13 @@ PPL_WRONG = [
 def test_perplexity_names_the_mistake(capsys, fn, words):
     assert not check_perplexity(fn)
     assert words in verdict(capsys)
+
+
+def test_a_change_in_place_of_the_models_tensor_is_named(capsys):
+    def in_place(A, start):
+        A[:, :, :, 0] *= 1.0 + 0.0 * A.sum()  # an in-place write on the tensor it was given
+        A /= A.sum(-1, keepdim=True)
+        return A[:, :, start:, 0].mean(dim=(0, 2))
+
+    assert not check_first_token_score(in_place)
+    assert "in place" in verdict(capsys)

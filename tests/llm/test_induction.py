@@ -12,11 +12,14 @@ import pytest
 import torch
 
 from mha_lib.llm.induction import (
+    PERIODS,
     TOKEN_RANGE,
     composition_scores,
     copy_losses,
+    copy_statistics,
     head_mask_without,
     induction_scores,
+    load_periods,
     load_sweep,
     ov_circuit,
     previous_token_score,
@@ -24,6 +27,7 @@ from mha_lib.llm.induction import (
     random_tokens,
     stripe_score,
     swapped_stripe,
+    uniform_target_losses,
 )
 from mha_lib.llm.sinks import layer_inputs
 from mha_lib.positions import rope
@@ -185,3 +189,48 @@ def test_the_cached_sweep_regenerates(smollm2):
     removed = copy_losses(model, ids, period, head_mask_without(top, 30, 9))[:, 1]
     cached = torch.tensor(sweep["ablations"]["1"]["top second copy"][:2])
     assert_close(removed, cached, rtol=0, atol=2e-3)
+
+
+# ------------------------------------------------------------------ a random token's expected loss
+
+
+def test_uniform_target_loss_is_the_mean_loss_over_the_range():
+    """-mean over x in R of log softmax(z)_x, computed directly; never below ln R (Gibbs), and
+    ln R exactly for a prediction uniform over R and nothing outside it."""
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(3, 5, 49152, generator=g) * 3
+    low, high = TOKEN_RANGE
+    direct = -torch.log_softmax(z.double(), -1)[..., low:high].mean(-1)
+    assert_close(uniform_target_losses(z), direct, rtol=0, atol=1e-9)
+    ln_R = math.log(high - low)
+    assert (uniform_target_losses(z) >= ln_R).all()
+    flat = torch.full((49152,), -1e4)
+    flat[low:high] = 0.0  # uniform over R, nothing elsewhere
+    assert abs(float(uniform_target_losses(flat)) - ln_R) < 1e-9
+
+
+def test_copy_statistics_are_copy_losses_and_their_expectation(smollm2):
+    model, _ = smollm2
+    ids = random_tokens(3, P, seed=7)
+    stats = copy_statistics(model, ids, P, chunk=2)  # two chunks: 2 and 1 sequences
+    losses = copy_losses(model, ids, P)  # (3, 2)
+    assert_close(stats["first"], losses[:, 0], rtol=0, atol=1e-5)
+    assert_close(stats["second"], losses[:, 1], rtol=0, atol=1e-5)
+    with torch.no_grad():
+        expected = uniform_target_losses(model(ids)[:, : P - 1]).mean(1)
+    assert_close(stats["uniform target"], expected.float(), rtol=0, atol=1e-5)
+    assert (stats["uniform target"] >= math.log(TOKEN_RANGE[1] - TOKEN_RANGE[0])).all()
+
+
+def test_the_cached_periods_regenerate(smollm2):
+    """The first 2 sequences at the shortest period, against the cache (4 decimals)."""
+    model, _ = smollm2
+    cached = load_periods()
+    assert cached["periods"] == list(PERIODS["periods"]) and cached["seed"] == PERIODS["seed"]
+    period = cached["periods"][0]
+    stats = copy_statistics(model, random_tokens(2, period, cached["seed"]), period)
+    for name, values in stats.items():
+        expected = torch.tensor(cached["statistics"][str(period)][name][:2])
+        assert_close(values.double(), expected, rtol=0, atol=2e-3)
+    assert all(len(v) == cached["batch"] for per in cached["statistics"].values()
+               for v in per.values())  # fmt: skip

@@ -1,5 +1,6 @@
 """mha_lib.llm.sinks against the same quantities computed from transformers' eager attention weights
-and residual streams on the same file; the uniform baseline; the no-op correlation written out.
+and residual streams on the same file; the uniform baseline; the no-op correlation written out;
+the scores of every prefix from one pass; the cached sweep over kinds of text regenerated in part.
 
 Tolerances: the real model's attention weights differ from transformers' by at most about 4e-6
 (float32 sums in another order; measured), so means of them are compared to 1e-4; the residual
@@ -11,16 +12,22 @@ import pytest
 import torch
 
 from mha_lib.llm.sinks import (
+    SWEEP,
     first_token_attention,
+    kind_stretches,
     layer_inputs,
+    load_sweep,
     noop_correlation,
     position_attention,
+    prefix_first_token,
     ratio_to_rest,
     residual_norms,
+    sink_counts,
+    sweep_scores,
     uniform_first_token,
     value_norms,
 )
-from mha_lib.llm.texts import doc_paragraphs
+from mha_lib.llm.texts import KINDS, doc_paragraphs
 from mha_lib.testing import assert_close
 
 
@@ -97,6 +104,63 @@ def test_noop_correlation_written_out(smollm2, paragraphs):
         a0 = weights[l][:, i, 5:, 0].flatten().double().numpy()
         size = o[:, 5:].norm(dim=-1).flatten().double().numpy()
         assert abs(float(ours[l, i]) - np.corrcoef(a0, size)[0, 1]) < 1e-4
+
+
+def test_noop_correlation_per_sequence(smollm2, paragraphs):
+    """Per sequence, the same correlation over that sequence's queries alone."""
+    model, _ = smollm2
+    _, weights, inputs, _ = paragraphs
+    each = noop_correlation(model, weights, inputs, start=5, per_sequence=True)  # (B, L, h)
+    assert each.shape == (2, 30, 9)
+    for b in range(2):
+        alone = noop_correlation(model, weights[:, b : b + 1], inputs[:, b : b + 1], start=5)
+        assert_close(each[b], alone, rtol=0, atol=1e-6)
+
+
+def test_prefix_scores_equal_a_pass_over_the_prefix(smollm2):
+    """Causal attention: the first n tokens of a pass over N are a pass over n, so one pass
+    gives every length's score."""
+    model, tok = smollm2
+    ids = kind_stretches(tok, "licence", 48, 1)  # (1, 48)
+    with torch.no_grad():
+        _, weights = model(ids, need_weights=True)
+    first = torch.stack([w[:, :, :, 0] for w in weights])  # (L, 1, h, 48)
+    prefix = prefix_first_token(first, (20, 48), start=10)  # (2, L, h)
+    assert_close(prefix[1], first_token_attention(model, ids, start=10), rtol=0, atol=1e-6)
+    assert_close(prefix[0], first_token_attention(model, ids[:, :20], start=10), rtol=0, atol=1e-4)
+    with pytest.raises(ValueError, match="start = 10 < n <= N"):
+        prefix_first_token(first, (10,), start=10)
+
+
+def test_the_documentation_stretches_leave_out_notebook_13s_paragraphs(smollm2):
+    """The documentation's stretches come from its end; notebook 13 chooses its sink heads on
+    the first prose paragraphs and measures them on the next 8: none of those is in a stretch."""
+    _, tok = smollm2
+    counts = SWEEP["stretches"]
+    stretch = kind_stretches(tok, "documentation", SWEEP["length"], counts["documentation"])
+    text = " ".join(tok.decode(stretch.flatten().tolist()).split())
+    used = [p for p in doc_paragraphs() if len(tok.encode(p)) >= 64][:12]
+    assert not any(p[:80] in text for p in used)
+    for kind in ("code", "licence"):
+        assert kind_stretches(tok, kind, SWEEP["length"], counts[kind]).shape == (
+            counts[kind], SWEEP["length"])  # fmt: skip
+
+
+def test_the_cached_sweep_regenerates(smollm2):
+    """The first 128 tokens of the first stretch of each kind, against the cache (4 decimals)."""
+    model, tok = smollm2
+    sweep = load_sweep()
+    assert sweep["lengths"] == list(SWEEP["lengths"]) and sweep["start"] == SWEEP["start"]
+    assert set(sweep["scores"]) == set(KINDS) and sweep["stretches"] == SWEEP["stretches"]
+    for kind in KINDS:
+        count = SWEEP["stretches"][kind]  # the documentation's stretches end at its end
+        ids = kind_stretches(tok, kind, SWEEP["length"], count)[:1, :128]
+        cached = torch.tensor(sweep_scores(sweep, kind)[0, sweep["lengths"].index(128)])
+        ours = first_token_attention(model, ids, start=sweep["start"])
+        assert_close(ours, cached.float(), rtol=0, atol=2e-4)
+    assert sink_counts(sweep, "code").shape == (SWEEP["stretches"]["code"], len(SWEEP["lengths"]))
+    uniform = [uniform_first_token(n, SWEEP["start"]) for n in SWEEP["lengths"]]
+    assert np.allclose(sweep["uniform"], uniform)
 
 
 def test_bad_arguments():

@@ -46,3 +46,28 @@ def test_stretches_cut_consecutive_pieces():
         stretches(ids, 5, 5)
     with pytest.raises(ValueError, match="expected one sequence"):
         stretches(torch.zeros(2, 5, dtype=torch.long), 2, 1)
+
+
+def test_the_other_kinds_are_the_pinned_texts():
+    code, licence = texts.kind_text("code"), texts.kind_text("licence")
+    assert code.startswith("#\n# GGUF file reading/modification support.")
+    assert "class GGUFReader" in code
+    assert licence.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert texts.kind_text("documentation") == doc_text()
+    for kind in texts.KINDS:
+        text = texts.kind_text(kind)
+        assert hashlib.sha256(text.encode("utf-8")).hexdigest() == texts.KIND_SHA256[kind]
+    with pytest.raises(ValueError, match="kind = 'poetry'"):
+        texts.kind_text("poetry")
+
+
+def test_another_licence_is_refused(monkeypatch):
+    from importlib import metadata
+
+    class Other:
+        def read_text(self, name):
+            return "MIT License\n"
+
+    monkeypatch.setattr(metadata, "distribution", lambda name: Other())
+    with pytest.raises(ValueError, match=r"the licence text .* has sha256"):
+        texts.kind_text("licence")
