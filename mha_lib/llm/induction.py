@@ -405,9 +405,7 @@ def run_periods(model: DecoderLM | None = None, verbose: bool = False, *, period
                   f"{float(res['second'].mean()):.2f} ({time.perf_counter() - t0:.0f} s)",
                   flush=True)  # fmt: skip
     return {
-        "made by": "python -m mha_lib.llm.induction periods",
-        "torch": torch.__version__,
-        "machine": platform.machine(),
+        **provenance("python -m mha_lib.llm.induction periods"),
         "batch": B,
         "seed": seed,
         "token range": list(TOKEN_RANGE),

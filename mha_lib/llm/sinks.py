@@ -32,7 +32,6 @@ Imports torch.
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from importlib import resources
@@ -43,6 +42,7 @@ import torch
 from torch import Tensor
 
 from ..nn.decoder import DecoderLM
+from ..runtime import provenance
 from . import texts
 from .loader import load_smollm2
 
@@ -241,10 +241,7 @@ def run_sweep(model: DecoderLM | None = None, tokenizer=None, verbose: bool = Fa
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
         scores[kind] = torch.stack(rows).tolist()  # (count, lengths, L, h)
     return {
-        "made by": "python -m mha_lib.llm.sinks",
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+        **provenance("python -m mha_lib.llm.sinks"),
         "texts": {
             kind: f"mha_lib.llm.sinks.kind_stretches(tok, {kind!r}, {N}, {count})"
             for kind, count in counts.items()

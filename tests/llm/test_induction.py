@@ -25,6 +25,7 @@ from mha_lib.llm.induction import (
     previous_token_score,
     qk_circuit,
     random_tokens,
+    run_periods,
     stripe_score,
     swapped_stripe,
     uniform_target_losses,
@@ -228,9 +229,11 @@ def test_the_cached_periods_regenerate(smollm2):
     cached = load_periods()
     assert cached["periods"] == list(PERIODS["periods"]) and cached["seed"] == PERIODS["seed"]
     period = cached["periods"][0]
-    stats = copy_statistics(model, random_tokens(2, period, cached["seed"]), period)
-    for name, values in stats.items():
+    # run_periods is what `python -m mha_lib.llm.induction periods` runs
+    part = run_periods(model, periods=[period], batch=2)
+    assert part["made by"] == cached["made by"] and part["seed"] == cached["seed"]
+    for name, values in part["statistics"][str(period)].items():
         expected = torch.tensor(cached["statistics"][str(period)][name][:2])
-        assert_close(values.double(), expected, rtol=0, atol=2e-3)
+        assert_close(torch.tensor(values), expected, rtol=0, atol=2e-3)
     assert all(len(v) == cached["batch"] for per in cached["statistics"].values()
                for v in per.values())  # fmt: skip
