@@ -1,7 +1,7 @@
 """mha_lib: the helper library of the multi-head attention series.
 
-Laid out as the series is. The core, on top, is what notebooks 01-04, 07 and 10
-derive and what a learner reads beside them; each module opens with its algorithm:
+Laid out in layers, as the series builds. The core, on top, is what notebooks 01-04, 07 and
+10 derive and what a learner reads beside them; each module opens with its algorithm:
 - `attention`: scaled dot-product attention, softmax, unweighted self-attention,
   causal and padding masks (notebooks 01-02);
 - `multihead`: multi-head attention, the per-head loop and the vectorised form,
@@ -13,21 +13,31 @@ derive and what a learner reads beside them; each module opens with its algorith
   heads (notebook 07; imports torch);
 - `positions`: sinusoidal encodings, `rope` (rotary embeddings), T5's relative
   buckets (notebook 10; imports torch).
+The first two are the numpy core; the other four, and the building blocks, the torch layer.
 Shared by every notebook: `testing` (`assert_close`, the one equality check),
 `plot` (attention heatmaps), `diagrams` (the data flow and the head split),
 `example` (the running example), `stats` (Wilson and t intervals), `runtime`
-(`pick_device`, a light `Adam`, freed memory handed back: what the notebooks'
-kernels need) and `_checks` (input checks with clear messages).
+(`pick_device`, a light `Adam`, freed memory handed back, a process's memory and a sweep's
+provenance) and `_checks` (input checks with clear messages).
 
-One package per later part, each importing the core and never imported by it:
+Below the core, one layer of torch building blocks that every later part builds on, importing
+only the core and the shared modules:
+- `nn/`: the KV caches (plain and with sinks), grouped-query attention, the mask zoo,
+  FlashAttention in plain torch, head scores and circuits, the decoder with its pluggable
+  attention functions, and generation (notebooks 08, 11, 12).
+
+One package per later part, a leaf: it imports the core, the building blocks, the shared
+modules and at most two other parts it declares (its `Edges:`), and nothing imports it but the
+tools:
 - `pretrained/`: a real pretrained encoder and what its heads do (notebook 05);
 - `toy/`: small tasks and models on which heads learn, over seeds (notebook 06);
-- `efficient/`: KV cache, grouped-query attention, the mask zoo, FlashAttention
-  in torch and as Triton kernels, smaller caches (notebooks 08, 09, 11);
+- `efficient/`: FlashAttention as Triton kernels, smaller caches (latent attention,
+  the cache bill, the equal-budget recall sweep) (notebooks 09, 11; the names notebook 08
+  derives are re-exported from `nn`);
 - `extrapolation/`: how far each position scheme extrapolates, over seeds
   (notebook 10);
-- `llm/`: a real language model, SmolLM2-135M, read from its GGUF file and run on
-  the series' own attention (notebook 12);
+- `llm/`: a real language model, SmolLM2-135M, read from its GGUF file into the decoder of
+  `nn`, and measured from the inside (notebooks 12, 13);
 - `distributed/`: attention across processes with `torch.distributed`: the
   collectives, heads split over ranks (tensor parallelism, SmolLM2 sharded over
   three processes), a sequence split over a ring (ring attention) (notebook 14).

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .pytorch import _check_float_tensor, _merge_heads, _split_heads
+from .pytorch import _check_float_tensor, merge_heads, split_heads
 
 __all__ = [
     "KAPPA",
@@ -101,9 +101,9 @@ def attention_conv2d(
     W_v, W_o = conv_weight_to_attention(weight)  # (C_in, h·d_v), (h·d_v, C_out)
     q = x.new_zeros(B, h, N, 1)  # (B, h, N, d_k): W_Q^h = 0, no content in the scores
     key = x.new_zeros(B, h, M, 1)  # (B, h, M, d_k): W_K^h = 0
-    v = _split_heads(X_keys @ W_v, h)  # (B, h, M, d_v)
+    v = split_heads(X_keys @ W_v, h)  # (B, h, M, d_v)
     heads = F.scaled_dot_product_attention(q, key, v, attn_mask=scores[None])  # (B, h, N, d_v)
-    out = _merge_heads(heads) @ W_o  # (B, N, C_out): Concat(head_1..head_h) W_O
+    out = merge_heads(heads) @ W_o  # (B, N, C_out): Concat(head_1..head_h) W_O
     if bias is not None:
         out = out + bias  # (B, N, C_out)
     return out.transpose(1, 2).reshape(B, C_out, H, W)  # (B, C_out, H, W)

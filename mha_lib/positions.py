@@ -6,7 +6,7 @@ three places:
 - added to the input X (N, C) before the first layer: `sinusoidal_positions` (Vaswani et al.)
   or a learned table (notebook 05's MiniLM);
 - added to the scores q_m · k_n as a function of m - n: T5's bucketed bias
-  (`t5_relative_buckets`) and ALiBi (`mha_lib.efficient.masks.alibi_bias`, notebook 08);
+  (`t5_relative_buckets`) and ALiBi (`mha_lib.nn.masks.alibi_bias`, notebook 08);
 - applied to the queries and keys inside every attention layer: `rope` rotates each pair of
   coordinates of q and k (d_k of them per head) by an angle proportional to the position, so
   that q_m · k_n depends on the positions only through m - n.

@@ -50,7 +50,7 @@ from torch import Tensor, nn
 
 from ._checks import check_int
 
-__all__ = ["MultiHeadAttention", "explicit_attention"]
+__all__ = ["MultiHeadAttention", "explicit_attention", "merge_heads", "split_heads"]
 
 
 def explicit_attention(
@@ -233,7 +233,7 @@ class MultiHeadAttention(nn.Module):
         heads, weights = self._attend(q, k, v, am, kpm, is_causal, need_weights)  # (B, h, L, d)
         if hm is not None:
             heads = heads * hm  # (B, h, L, d) * (1|B, h, 1, 1): scale or remove heads
-        out = self.out_proj(_merge_heads(heads))  # (B, L, h*d) -> (B, L, E)
+        out = self.out_proj(merge_heads(heads))  # (B, L, h*d) -> (B, L, E)
 
         return self._as_given(out, weights, batched, average_attn_weights)
 
@@ -250,9 +250,9 @@ class MultiHeadAttention(nn.Module):
         b = self.in_proj_bias  # (3E,) or None
         b_q, b_k, b_v = (None, None, None) if b is None else b.chunk(3)  # each (E,)
         h = self.num_heads
-        q = _split_heads(F.linear(query, w_q, b_q), h)  # (B, h, L, d)
-        k = _split_heads(F.linear(key, w_k, b_k), h)  # (B, h, S, d)
-        v = _split_heads(F.linear(value, w_v, b_v), h)  # (B, h, S, d)
+        q = split_heads(F.linear(query, w_q, b_q), h)  # (B, h, L, d)
+        k = split_heads(F.linear(key, w_k, b_k), h)  # (B, h, S, d)
+        v = split_heads(F.linear(value, w_v, b_v), h)  # (B, h, S, d)
         return q, k, v
 
     def _attend(self, q, k, v, am, kpm, is_causal: bool, need_weights: bool):
@@ -343,13 +343,13 @@ class MultiHeadAttention(nn.Module):
 # the heads, split and merged; the masks, merged
 
 
-def _split_heads(x: Tensor, num_heads: int) -> Tensor:
+def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """(B, L, h*d) -> (B, h, L, d), a view: head i owns features i*d:(i+1)*d."""
     B, L, hd = x.shape
     return x.view(B, L, num_heads, hd // num_heads).transpose(1, 2)  # (B, h, L, d)
 
 
-def _merge_heads(x: Tensor) -> Tensor:
+def merge_heads(x: Tensor) -> Tensor:
     """(B, h, L, d) -> (B, L, h*d): the heads side by side along the features."""
     B, h, L, d = x.shape
     return x.transpose(1, 2).reshape(B, L, h * d)  # (B, L, h*d)

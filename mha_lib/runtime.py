@@ -1,5 +1,6 @@
 """What the notebooks' kernels need to run well on a learner's machine: which device, an
-optimiser that keeps the kernel small, and freed memory handed back.
+optimiser that keeps the kernel small, and freed memory handed back; and what a process knows
+about where it runs: its memory (and that of the processes it started), and its provenance.
 
 - `pick_device()`: a CUDA GPU, else Apple's MPS, else the CPU; MHA_LIB_DEVICE overrides it
   (notebook 04 on; the test command sets it to "cpu").
@@ -19,6 +20,11 @@ optimiser that keeps the kernel small, and freed memory handed back.
   and then asks glibc to return every free page (`malloc_trim(0)`). It frees nothing that is
   still in use and changes no result. Elsewhere (macOS, Windows, a Linux without glibc) the
   allocator works differently, and the function only collects garbage.
+- `proc_status_bytes`, `peak_rss`, `descendants`, `tree_memory`: a process's memory, read from
+  /proc on Linux (what notebook 14's launcher and the benchmarks report; `bench binder` walks
+  the series with them);
+- `provenance(made_by)`: the torch version, Python, machine and CPU capability a cached sweep
+  was made with.
 
 One Adam step, per parameter p with gradient g, at step t (beta1, beta2, eps as in Kingma & Ba,
 2015):
@@ -33,13 +39,23 @@ from __future__ import annotations
 import ctypes
 import gc
 import os
+import platform
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["Adam", "pick_device", "release_freed_memory"]
+__all__ = [
+    "Adam",
+    "descendants",
+    "peak_rss",
+    "pick_device",
+    "proc_status_bytes",
+    "provenance",
+    "release_freed_memory",
+    "tree_memory",
+]
 
 
 # ---------------------------------------------------------------------------- the device
@@ -152,3 +168,92 @@ def release_freed_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+# ---------------------------------------------------------------------------- a process's memory
+
+
+def proc_status_bytes(field: str, pid: int | str = "self") -> int:
+    """A memory field of /proc/<pid>/status (Linux), in bytes: "VmRSS" (resident now), "VmHWM"
+    (its peak). OSError where there is no such file; RuntimeError where it lacks the field."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024  # the file says kB
+    raise RuntimeError(f"{field} not found in /proc/{pid}/status")
+
+
+def peak_rss() -> int | None:
+    """This process's peak resident set size in bytes, or None where the system does not say.
+
+    Linux: VmHWM from /proc/self/status, the peak of this program's memory (for a fork, from
+    the moment it was forked, the pages it shares with its parent included). (getrusage's
+    ru_maxrss would be wrong there: it keeps the peak of the process before it called exec, and a
+    spawned process starts as a copy of its parent, a whole Jupyter kernel.) Elsewhere
+    ru_maxrss (bytes on macOS, KiB on other systems); None on Windows.
+    """
+    if os.path.exists("/proc/self/status"):
+        return proc_status_bytes("VmHWM")
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss if sys.platform == "darwin" else rss * 1024
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes started by `pid`, by the processes they started, and so on (Linux:
+    /proc/<pid>/task/*/children; [] elsewhere or once the process has ended)."""
+    found = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                children = [int(c) for c in f.read().split()]
+        except OSError:  # the thread has ended
+            continue
+        for child in children:
+            found += [child, *descendants(child)]
+    return found
+
+
+def tree_memory(pids: Sequence[int]) -> dict[str, int] | None:
+    """The memory of processes `pids` together, in bytes, from /proc/<pid>/smaps_rollup (Linux;
+    None elsewhere): "pss", the sum of their proportional set sizes (a page shared by k
+    processes counts 1/k in each: torch's libraries, mapped by every process, and the pages of a
+    file several processes read count once in the sum; what a container's memory limit counts),
+    and "rss", the sum of their resident sets (a shared page counted in every process: an upper
+    bound). A process that has ended counts 0."""
+    if not os.path.exists("/proc/self/smaps_rollup"):
+        return None
+    total = {"pss": 0, "rss": 0}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    key = line.split(":")[0]
+                    if key in ("Pss", "Rss"):
+                        total[key.lower()] += int(line.split()[1]) * 1024  # kB
+        except OSError:  # the process has ended
+            pass
+    return total
+
+
+# ---------------------------------------------------------------------------- where a result ran
+
+
+def provenance(made_by: str) -> dict[str, str]:
+    """What a cached sweep records about the run that made it: the command, torch's version,
+    Python's, the machine and the CPU capability torch's kernels use (the last bits of a
+    training trajectory depend on them)."""
+    return {
+        "made by": made_by,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu capability": torch.backends.cpu.get_cpu_capability(),
+    }

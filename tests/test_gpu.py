@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from mha_lib.block import TransformerBlock
-from mha_lib.efficient import (
+from mha_lib.nn import (
     GroupedQueryAttention,
     bottom_right_causal_mask_mod,
     flash_attention,

@@ -1,8 +1,18 @@
-"""The library is laid out as the series: a small core on top, one package per part.
+"""The library is laid out in layers: the core on top, one layer of torch building blocks, the
+parts as leaves, and the tools.
 
-Checked from the source (no imports run): the core never imports a part's package, there is
-no import cycle between mha_lib's modules, every package says which notebook it serves, the
-module table (docs/library.md) lists every module, and the tests mirror the library's packages.
+Checked from the source (no imports run):
+- the core (what a learner reads beside notebooks 01-04, 07 and 10) imports only the core and
+  the shared modules;
+- the building blocks (`nn`: what every later part builds on) import only the core, the shared
+  modules and themselves;
+- a part imports only the core, the building blocks, the shared modules, itself and the edges
+  it declares: at most two other parts, each named in an `Edges:` paragraph of its package's
+  docstring with the reason for it; the tools (exercises, benchmarks) may import anything;
+- no module imports a private name (`_name`) from another package;
+- there is no import cycle, every package says which notebook it serves and what to read
+  first, the module table (docs/library.md) lists every module, the package overview
+  (mha_lib/__init__.py) names every entry of the top level, and the tests mirror the library.
 """
 
 import ast
@@ -13,8 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "mha_lib"
 CORE = ["attention", "multihead", "pytorch", "block", "conv", "positions"]
 SHARED = ["plot", "diagrams", "example", "stats", "testing", "runtime", "_checks"]
+BLOCKS = ["nn"]  # the layer of torch building blocks
 PARTS = ["pretrained", "toy", "efficient", "extrapolation", "llm", "distributed"]
 TOOLS = ["exercises", "bench", "data"]
+MAX_EDGES = 2  # other parts a part may import, each declared with its reason
 
 
 def module_name(path: Path) -> str:
@@ -58,11 +70,30 @@ ALGORITHM_FIRST = {
 }
 
 
-def test_top_level_is_the_core_the_shared_modules_and_one_package_per_part():
+def top(name: str) -> str:
+    """The entry of the top level a module belongs to: mha_lib.nn.gqa -> nn."""
+    return name.split(".")[1] if name.count(".") else ""
+
+
+def declared_edges(part: str) -> dict[str, str]:
+    """{other part: reason}, from the `Edges:` paragraph of the part's package docstring."""
+    doc = ast.get_docstring(ast.parse((LIB / part / "__init__.py").read_text())) or ""
+    paragraph = re.search(r"^Edges:(.*?)(?:\n\n|\Z)", doc, re.S | re.M)
+    if paragraph is None:
+        return {}
+    edges = {}
+    for item in re.split(r";\s*", paragraph.group(1).strip().rstrip(".")):
+        m = re.match(r"`(?:mha_lib\.)?([a-z_]+)[a-z_.]*`\s*(.*)", item.strip(), re.S)
+        assert m, f"{part}'s Edges: cannot read {item!r}; expected `package` and its reason"
+        edges[m.group(1)] = " ".join(m.group(2).split())
+    return edges
+
+
+def test_top_level_is_the_core_the_blocks_the_shared_modules_and_one_package_per_part():
     entries = {p.stem for p in LIB.iterdir() if p.suffix == ".py" or p.is_dir()}
     entries -= {"__init__", "__pycache__"}
-    assert entries == set(CORE + SHARED + PARTS + TOOLS)
-    for part in PARTS + ["exercises", "bench"]:
+    assert entries == set(CORE + SHARED + BLOCKS + PARTS + TOOLS)
+    for part in BLOCKS + PARTS + ["exercises", "bench"]:
         assert (LIB / part / "__init__.py").is_file(), part
 
 
@@ -86,12 +117,66 @@ def test_every_core_module_opens_with_its_algorithm():
         assert not private_first, f"mha_lib/{name}.py defines {private_first} before {first}"
 
 
-def test_the_core_imports_no_part():
+def test_the_core_imports_only_the_core_and_the_shared_modules():
     known = modules()
     for name in CORE + SHARED:
         for target in imports_of(f"mha_lib.{name}", known[f"mha_lib.{name}"]):
-            top = target.split(".")[1]
-            assert top in CORE + SHARED, f"mha_lib.{name} imports {target}, a part's package"
+            assert top(target) in CORE + SHARED, f"mha_lib.{name} imports {target}"
+
+
+def test_the_building_blocks_import_only_the_core_the_shared_modules_and_themselves():
+    for name, path in modules().items():
+        if top(name) in BLOCKS:
+            for target in imports_of(name, path):
+                assert top(target) in CORE + SHARED + BLOCKS, f"{name} imports {target}"
+
+
+def test_a_part_imports_the_layers_below_and_only_the_edges_it_declares():
+    used: dict[str, set[str]] = {part: set() for part in PARTS}
+    for name, path in modules().items():
+        part = top(name)
+        if part not in PARTS:
+            continue
+        edges = declared_edges(part)
+        for target in imports_of(name, path):
+            other = top(target)
+            if other in CORE + SHARED + BLOCKS or other == part:
+                continue
+            assert other in edges, (
+                f"{name} imports {target}, from the part {other!r}, which {part}'s package "
+                "docstring does not declare under Edges:"
+            )
+            used[part].add(other)
+    for part in PARTS:
+        edges = declared_edges(part)
+        assert len(edges) <= MAX_EDGES, f"{part} declares {len(edges)} edges: {sorted(edges)}"
+        for other, reason in edges.items():
+            assert other in PARTS and other != part, f"{part} declares an edge to {other!r}"
+            assert len(reason.split()) >= 4, f"{part}'s edge to {other} gives no reason"
+            assert other in used[part], f"{part} declares an edge to {other} it does not use"
+
+
+def test_no_module_imports_a_private_name_from_another_package():
+    known = modules()
+    for name, path in known.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if not source.startswith("mha_lib"):
+                continue
+            source_package = source if source in known and known[source].name == "__init__.py" \
+                else source.rpartition(".")[0]  # fmt: skip
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            assert source_package == package or not private, (
+                f"{name} imports {private} from {source}, another package's private names"
+            )
 
 
 def test_no_import_cycle():
@@ -117,7 +202,7 @@ def test_no_import_cycle():
 
 
 def test_each_package_says_its_notebook_and_what_to_read_first():
-    for part in PARTS:
+    for part in BLOCKS + PARTS:
         doc = ast.get_docstring(ast.parse((LIB / part / "__init__.py").read_text()))
         assert doc and re.search(r"notebooks? \d\d", doc), part
         assert "Read first" in doc, part
@@ -132,8 +217,8 @@ def test_the_module_table_lists_every_module():
         short = name.removeprefix("mha_lib.")
         if short == "mha_lib" or path.parent.name in ("exercises", "bench"):
             continue  # the tools are listed as packages
-        if path.name == "__init__.py" and short in PARTS:
-            continue  # a part's package is a heading of the table
+        if path.name == "__init__.py" and short in BLOCKS + PARTS:
+            continue  # a package is a heading of the table
         assert short in named, f"{short} is not in docs/library.md's module table"
 
 
@@ -158,7 +243,7 @@ def test_the_package_overview_names_every_module_and_benchmark():
     module and package of the top level, and every benchmark `python -m mha_lib.bench` runs."""
     doc = ast.get_docstring(ast.parse((LIB / "__init__.py").read_text()))
     named = set(re.findall(r"`([a-z_]+)/?`", doc))
-    for entry in CORE + SHARED + PARTS + TOOLS:
+    for entry in CORE + SHARED + BLOCKS + PARTS + TOOLS:
         assert entry in named, f"mha_lib/__init__.py's overview does not name `{entry}`"
     bench_main = ast.parse((LIB / "bench" / "__main__.py").read_text())
     table = next(

@@ -142,7 +142,7 @@ def test_the_score_depends_only_on_the_offset_and_norms_are_kept(
 
 
 def test_decoding_token_by_token_with_a_cache_equals_full_causal_attention():
-    from mha_lib.efficient import KVCache, cached_attention
+    from mha_lib.nn import KVCache, cached_attention
 
     g = torch.Generator().manual_seed(3)
     B, h, N, d = 2, 2, 9, 8

@@ -206,3 +206,43 @@ def test_no_cell_shows_what_release_freed_memory_returned(path):
         call = last.value if isinstance(last, ast.Expr) else None
         if isinstance(call, ast.Call) and dotted(call.func).endswith("release_freed_memory"):
             pytest.fail(f"{path.name}, cell {index}: a cell that ends with release_freed_memory()")
+
+
+# --- a process's memory, a sweep's provenance --------------------------------------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_process_and_the_processes_it_started_are_measured():
+    import time
+
+    assert runtime.peak_rss() == runtime.proc_status_bytes("VmHWM") > 50e6  # torch is loaded
+    assert runtime.proc_status_bytes("VmRSS") <= runtime.peak_rss()
+    with pytest.raises(RuntimeError, match="VmNothing not found"):
+        runtime.proc_status_bytes("VmNothing")
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    code = f"import subprocess, time; subprocess.Popen({sleeper!r}); time.sleep(30)"
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.time() + 20
+        while not runtime.descendants(parent.pid) and time.time() < deadline:
+            time.sleep(0.1)
+        (child,) = runtime.descendants(parent.pid)  # the sleeper
+        assert runtime.descendants(child) == [] and parent.pid not in runtime.descendants(child)
+        both = runtime.tree_memory([parent.pid, child])
+        alone = [runtime.tree_memory([pid]) for pid in (parent.pid, child)]
+        assert both["pss"] == pytest.approx(alone[0]["pss"] + alone[1]["pss"], rel=0.2)
+        assert both["rss"] >= both["pss"] > 1e6
+    finally:
+        parent.kill()
+        parent.wait()
+    assert runtime.descendants(parent.pid) == []  # ended (and reaped): nothing to find
+    assert runtime.tree_memory([parent.pid]) == {"pss": 0, "rss": 0}
+
+
+def test_provenance_names_the_command_and_where_it_ran():
+    import platform
+
+    made = runtime.provenance("python -m mha_lib.example")
+    assert list(made) == ["made by", "torch", "python", "machine", "cpu capability"]
+    assert made["made by"] == "python -m mha_lib.example" and made["torch"] == torch.__version__
+    assert made["python"] == platform.python_version()

@@ -26,50 +26,24 @@ import threading
 import time
 from pathlib import Path
 
+from ..runtime import descendants, proc_status_bytes, tree_memory
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def pss_mb(pid: int) -> float:
     """The proportional set size of process `pid`, in MB (from /proc/<pid>/smaps_rollup)."""
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) / 1024  # kB -> MB
-    raise RuntimeError(f"no Pss line in /proc/{pid}/smaps_rollup")
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes started by process `pid`, their children and so on (from
-    /proc/<pid>/task/*/children): a kernel's worker processes, such as the server process that
-    notebook 14's `torch.multiprocessing` start method leaves running."""
-    found, todo = [], [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except OSError:  # the process or thread has ended
-                continue
-            found += children
-            todo += children
-    return found
+    return tree_memory([pid])["pss"] / 2**20
 
 
 def tree_pss_mb(pid: int) -> float:
     """The PSS of process `pid` and every process it started, in MB: what a kernel costs."""
-    total = 0.0
-    for p in [pid, *descendants(pid)]:
-        try:
-            total += pss_mb(p)
-        except (OSError, RuntimeError):  # the process has ended (a zombie has no Pss line)
-            pass
-    return total
+    return tree_memory([pid, *descendants(pid)])["pss"] / 2**20
 
 
 def peak_mb(pid: int) -> float:
     """The peak resident set size of process `pid` (VmHWM), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmHWM line in /proc/{pid}/status")
+    return proc_status_bytes("VmHWM", pid) / 2**20
 
 
 class TreePeak:

@@ -12,7 +12,7 @@ Three measurements, float32, on the device `pick_device()` finds (or --device):
 2. KV-cache memory of grouped-query attention: one layer with h = 32 query heads,
    d = 128, N = 4096 tokens, for h_kv = 32 (multi-head), 8 (GQA) and 1
    (multi-query): computed 2·B·h_kv·N·d·4 bytes, and measured (`KVCache.nbytes`).
-3. The plain-torch FlashAttention forward (`mha_lib.efficient.flash_attention`,
+3. The plain-torch FlashAttention forward (`mha_lib.nn.flash.flash_attention`,
    blocks of 64) against SDPA (`F.scaled_dot_product_attention`, a fused kernel)
    and the naive form (the (B, h, N, N) weights written out), B = 1, h = 8, d = 64:
    - forward time in inference mode, interleaved rounds, medians;
@@ -33,7 +33,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from ..efficient import (
+from ..nn import (
     GroupedQueryAttention,
     KVCache,
     flash_attention,

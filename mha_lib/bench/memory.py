@@ -8,7 +8,8 @@ variant inherits another's cached allocations.
 On a GPU the growth is `torch.cuda.max_memory_allocated()` minus the memory
 allocated before the pass. On the CPU it is the process's peak resident set
 size during the pass minus its resident set size before (Linux: VmHWM, reset
-through /proc/self/clear_refs; elsewhere ru_maxrss, a peak since the start),
+through /proc/self/clear_refs; elsewhere ru_maxrss, a peak since the start; both read by
+`mha_lib.runtime`),
 with glibc told to return large freed blocks at once so that the resident set
 size follows the memory actually in use.
 """
@@ -17,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import resource
 import subprocess
 import sys
 
 import torch
+
+from ..runtime import peak_rss, proc_status_bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,18 +36,16 @@ def start(device: torch.device) -> int:
     if os.path.exists("/proc/self/clear_refs"):
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM to the current VmRSS
-        return _proc_status_bytes("VmRSS")
-    return _ru_maxrss_bytes()
+        return proc_status_bytes("VmRSS")
+    return peak_rss()
 
 
 def finish(device: torch.device, before: int) -> str:
     """The growth of the peak since `start`, as the JSON line a child prints."""
     if device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(device)
-    elif os.path.exists("/proc/self/clear_refs"):
-        peak = _proc_status_bytes("VmHWM")
     else:
-        peak = _ru_maxrss_bytes()
+        peak = peak_rss()  # VmHWM on Linux (reset by `start`), ru_maxrss elsewhere
     return json.dumps({"growth_bytes": int(peak - before)})
 
 
@@ -60,18 +59,3 @@ def growth_in_subprocess(module: str, args: list[str]) -> int:
     if done.returncode != 0:
         raise RuntimeError(f"memory subprocess failed: {' '.join(cmd)}\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])["growth_bytes"]
-
-
-def _proc_status_bytes(field: str) -> int:
-    """A memory field of /proc/self/status (Linux), e.g. VmRSS or VmHWM, in bytes."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024  # the file says kB
-    raise RuntimeError(f"{field} not found in /proc/self/status")
-
-
-def _ru_maxrss_bytes() -> int:
-    """ru_maxrss in bytes (it is KiB on Linux, bytes on macOS)."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss if platform.system() == "Darwin" else rss * 1024

@@ -4,8 +4,8 @@ A model too large for one device is split by its heads (tensor parallelism); a s
 long for one device is split by its tokens (ring attention). Both run here on P processes of
 this machine, which talk through torch.distributed's gloo backend, so they run on a laptop,
 on Binder and in CI; with backend="nccl" the same code runs one process per GPU. The model
-split by heads is notebook 12's (`mha_lib.llm`): SmolLM2-135M, all 30 layers, over 3
-processes, each reading only its third of the GGUF file.
+split by heads is notebook 12's (`mha_lib.nn.decoder`, read by `mha_lib.llm`): SmolLM2-135M,
+all 30 layers, over 3 processes, each reading only its third of the GGUF file.
 
 Read first: `launch` (how P processes are started, joined in a group, and ended when one
 fails, about 250 lines), then `collectives` (the four collectives, and the ring all-reduce
@@ -29,8 +29,13 @@ A module per idea:
   torchrun.
 
 Imports torch, so it is imported explicitly (`from mha_lib.distributed import ...`); the core
-never imports it. Workers, the functions that run on every rank, are module functions: the ranks
-import them by module and name.
+never imports it.
+
+Edges: `llm` each rank reads its shard of notebook 12's GGUF file with its reader and loader
+(`llm.gguf_file`, `llm.loader`), and the terminal job decodes with its tokenizer.
+
+Workers, the functions that run on every rank, are module functions: the ranks import them by
+module and name.
 """
 
 from .launch import GroupError, Ranks, run

@@ -13,6 +13,9 @@ the way (gloo and NCCL pick their own algorithms inside `dist.all_reduce`; the r
 whose bytes per rank do not grow with P):
 - `ring_reduce_scatter(x, traffic)`, `ring_all_gather(piece, traffic)`,
   `ring_all_reduce(x, traffic)` (= reduce-scatter, then all-gather), on the current group;
+- `start_ring_pass(send, receive)`, `finish_ring_pass(...)`: one step of a ring, each rank
+  sending to the next and receiving from the previous, its bytes counted: the exchange every
+  ring here is made of (`distributed.ring` passes keys and values with it);
 - `Traffic`: the bytes this rank sent and received, by operation;
 - `ring_bytes(op, numel, world_size, bytes_per_number)`: the bytes one rank sends, by formula:
   (P-1)/P · n for reduce-scatter and all-gather of an n-number tensor, 2 (P-1)/P · n for
@@ -51,6 +54,7 @@ __all__ = [
     "all_reduce_demo",
     "bytes_written",
     "counted_collectives",
+    "finish_ring_pass",
     "gloo_traffic",
     "reduce_scatter_demo",
     "ring_all_gather",
@@ -58,6 +62,7 @@ __all__ = [
     "ring_bytes",
     "ring_reduce_scatter",
     "send_recv_demo",
+    "start_ring_pass",
 ]
 
 
@@ -133,14 +138,30 @@ def _nbytes(x: Tensor) -> int:
     return x.numel() * x.element_size()
 
 
-def _ring_step(send: Tensor, recv: Tensor, traffic: Traffic | None, op: str) -> None:
-    """Send `send` to the next rank while receiving `recv` from the previous one."""
+def start_ring_pass(send: Tensor, receive: Tensor, tag: int = 0) -> list:
+    """Post the send of `send` to the next rank of the ring and the receive into `receive` from
+    the previous one, and return at once: the requests to wait for (`finish_ring_pass`). What
+    runs between the two overlaps the transfer (ring attention computes a block meanwhile)."""
     r, P = dist.get_rank(), dist.get_world_size()
-    ops = [dist.P2POp(dist.isend, send, (r + 1) % P), dist.P2POp(dist.irecv, recv, (r - 1) % P)]
-    for request in dist.batch_isend_irecv(ops):
+    ops = [
+        dist.P2POp(dist.isend, send, (r + 1) % P, tag=tag),
+        dist.P2POp(dist.irecv, receive, (r - 1) % P, tag=tag),
+    ]
+    return dist.batch_isend_irecv(ops)
+
+
+def finish_ring_pass(requests, send: Tensor, receive: Tensor, traffic: Traffic | None,
+                     op: str) -> None:  # fmt: skip
+    """Wait for a pass started by `start_ring_pass`; count its bytes in `traffic` under `op`."""
+    for request in requests:
         request.wait()
     if traffic is not None:
-        traffic.add(op, sent=_nbytes(send), received=_nbytes(recv))
+        traffic.add(op, sent=_nbytes(send), received=_nbytes(receive))
+
+
+def _ring_step(send: Tensor, recv: Tensor, traffic: Traffic | None, op: str) -> None:
+    """Send `send` to the next rank while receiving `recv` from the previous one."""
+    finish_ring_pass(start_ring_pass(send, recv), send, recv, traffic, op)
 
 
 def ring_reduce_scatter(

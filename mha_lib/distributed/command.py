@@ -61,7 +61,7 @@ def _ring_inputs(tokens: int) -> tuple:
     return tuple(torch.randn(2, 3, tokens, 16, generator=g) for _ in range(3))  # q, k, v
 
 
-def job(name: str, tokens: int | None = None, causal: bool = False, prompt: str = PROMPT):
+def job(name: str, tokens: int | None = None, is_causal: bool = False, prompt: str = PROMPT):
     """Worker: run job `name` on this rank; rank 0 returns the ✓ line, the others None."""
     r, P = dist.get_rank(), dist.get_world_size()
     if name == "smollm2":
@@ -87,17 +87,19 @@ def job(name: str, tokens: int | None = None, causal: bool = False, prompt: str 
             "ring bytes counted == formula"
         )
     elif name == "ring":
-        layout = "zigzag" if causal else "contiguous"
+        layout = "zigzag" if is_causal else "contiguous"
         q, k, v = _ring_inputs(tokens)
         mine = [split_sequence(x, P, layout)[r] for x in (q, k, v)]
-        o = ring_attention_rank(*mine, tokens, tokens, causal, layout)["o"]
+        o = ring_attention_rank(*mine, tokens, tokens, is_causal, layout)["o"]
         blocks = [None] * P
         dist.all_gather_object(blocks, o)
         full = gather_sequence(blocks, tokens, layout)
         assert_close(
-            full, F.scaled_dot_product_attention(q, k, v, is_causal=causal), atol=1e-5, rtol=1e-5
+            full, F.scaled_dot_product_attention(q, k, v, is_causal=is_causal), atol=1e-5, rtol=1e-5
         )
-        line = f"✓ ring attention ({layout}, causal={causal}) on {P} ranks, N = {tokens} == SDPA"
+        line = (
+            f"✓ ring attention ({layout}, is_causal={is_causal}) on {P} ranks, N = {tokens} == SDPA"
+        )
     else:
         ids = torch.randint(0, TINY.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
         weights = RandomWeights(TINY, seed=0)

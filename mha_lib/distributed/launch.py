@@ -21,9 +21,10 @@ What it holds:
   group costs a second or more to start: its processes import torch);
 - `whoami()`: a worker returning its rank, the world size, the backend and its process id;
 - `fail_on_rank`, `hang_on_rank`: workers that fail on purpose, for §5;
-- `peak_rss()`: this process's peak resident memory (what `run` reports for each rank);
-- `tree_memory(pids)`: the memory of several processes together, PSS and RSS (Linux); `run`
-  samples it for the parent and its ranks while they run, and reports the peak;
+- `peak_rss()`: this process's peak resident memory (what `run` reports for each rank), and
+  `tree_memory(pids)`: the memory of several processes together, PSS and RSS (Linux), which
+  `run` samples for the parent and its ranks while they run, reporting the peak: both are
+  `mha_lib.runtime`'s, the one reader of a process's memory;
 - `rank_device()`: where this rank computes (the CPU under gloo, its own GPU under NCCL);
 - `init_from_env()`: join the group that `torchrun` describes in the environment.
 
@@ -56,6 +57,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from .._checks import check_int
+from ..runtime import descendants, peak_rss, tree_memory
 
 __all__ = [
     "GroupError",
@@ -118,49 +120,6 @@ class GroupError(RuntimeError):
         super().__init__("\n".join(lines))
 
 
-def peak_rss() -> int | None:
-    """This process's peak resident set size in bytes, or None where the system does not say.
-
-    Linux: VmHWM from /proc/self/status, the peak of this program's memory (for a fork, from
-    the moment it was forked, the pages it shares with its parent included). (getrusage's
-    ru_maxrss would be wrong here: it keeps the peak of the process before it called exec, and a
-    spawned process starts as a copy of its parent, a whole Jupyter kernel.) macOS: ru_maxrss.
-    """
-    status = "/proc/self/status"
-    if os.path.exists(status):
-        with open(status) as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024  # kB
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss if sys.platform == "darwin" else None
-
-
-def tree_memory(pids: Sequence[int]) -> dict[str, int] | None:
-    """The memory of processes `pids` together, in bytes, from /proc/<pid>/smaps_rollup (Linux;
-    None elsewhere): "pss", the sum of their proportional set sizes (a page shared by k
-    processes counts 1/k in each: torch's libraries, mapped by every process, and the pages of a
-    file several processes read count once in the sum; what a container's memory limit counts),
-    and "rss", the sum of their resident sets (a shared page counted in every process: an upper
-    bound). A process that has ended counts 0."""
-    if not os.path.exists("/proc/self/smaps_rollup"):
-        return None
-    total = {"pss": 0, "rss": 0}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    key = line.split(":")[0]
-                    if key in ("Pss", "Rss"):
-                        total[key.lower()] += int(line.split()[1]) * 1024  # kB
-        except OSError:  # the process has ended
-            pass
-    return total
-
-
 def _rank_main(rank, world_size, port, backend, comm_timeout, threads, payload, conn) -> None:
     """The body of each rank's process: join the group, run fn, send back one report."""
     try:
@@ -203,24 +162,6 @@ def _stop_forkserver() -> None:
     stop = getattr(forkserver._forkserver, "_stop", None)
     if stop is not None:
         stop()
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes started by pid, by the processes they started, and so on (Linux)."""
-    found = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                children = [int(c) for c in f.read().split()]
-        except OSError:
-            continue
-        for child in children:
-            found += [child, *_descendants(child)]
-    return found
 
 
 def _check_fn(fn) -> None:
@@ -338,7 +279,7 @@ def _collect(procs, readers, deadline: float) -> tuple[list, dict[str, int] | No
     world_size = len(procs)
     reports: list = [None] * world_size
     first_failure = None
-    peak = tree_memory([os.getpid(), *_descendants(os.getpid())])
+    peak = tree_memory([os.getpid(), *descendants(os.getpid())])
     while any(r is None for r in reports):
         now = time.perf_counter()
         end = deadline if first_failure is None else min(deadline, first_failure + GRACE_S)
@@ -350,7 +291,7 @@ def _collect(procs, readers, deadline: float) -> tuple[list, dict[str, int] | No
             min(end - now, SAMPLE_S),
         )
         if peak is not None:  # this process, the ranks, the fork server: all its descendants
-            sample = tree_memory([os.getpid(), *_descendants(os.getpid())])
+            sample = tree_memory([os.getpid(), *descendants(os.getpid())])
             peak = {k: max(peak[k], sample[k]) for k in peak}
         for i in waiting:
             if readers[i] in ready or procs[i].sentinel in ready:

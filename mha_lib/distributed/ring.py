@@ -6,7 +6,7 @@ every rank sees every block of keys and values: at each step it posts the send o
 holds to the next rank and the receive of the previous rank's block, attends its queries to the
 block it holds meanwhile, then waits for the transfer. The partial results, one per block, are
 merged by their log-sum-exp (`merge_partials`: notebook 08's online softmax, applied to whole
-blocks), with the blocks computed by `mha_lib.efficient.flash_attention_forward`.
+blocks), with the blocks computed by `mha_lib.nn.flash.flash_attention_forward`.
 
 Layouts. The N tokens are cut into 2P chunks of nearly equal size (`chunk_bounds`), and each
 rank holds two of them (`layout_chunks`):
@@ -50,8 +50,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .._checks import check_int
-from ..efficient.flash import flash_attention_backward, flash_attention_forward
-from .collectives import Traffic, ring_all_gather
+from ..nn.flash import flash_attention_backward, flash_attention_forward
+from .collectives import Traffic, finish_ring_pass, ring_all_gather, start_ring_pass
 from .launch import rank_device, run
 
 __all__ = [
@@ -214,24 +214,6 @@ def _pieces(x: Tensor, bounds: list[tuple[int, int]], chunks: tuple[int, ...]) -
     return list(x.split(sizes, dim=2))
 
 
-def _start_pass(send: Tensor, receive: Tensor, tag: int = 0) -> list:
-    """Post the send of `send` to the next rank and the receive into `receive` from the
-    previous one; returns the requests to wait for."""
-    r, P = dist.get_rank(), dist.get_world_size()
-    ops = [
-        dist.P2POp(dist.isend, send, (r + 1) % P, tag=tag),
-        dist.P2POp(dist.irecv, receive, (r - 1) % P, tag=tag),
-    ]
-    return dist.batch_isend_irecv(ops)
-
-
-def _finish_pass(requests, send: Tensor, receive: Tensor, traffic: Traffic, what: str) -> None:
-    for request in requests:
-        request.wait()
-    nbytes = send.numel() * send.element_size()
-    traffic.add(what, sent=nbytes, received=receive.numel() * receive.element_size())
-
-
 def ring_attention_rank(
     q: Tensor, k: Tensor, v: Tensor, N: int, M: int, is_causal: bool, layout: str
 ) -> dict:
@@ -262,7 +244,7 @@ def ring_attention_rank(
         if t < P - 1:  # post the next transfer first: it runs while this block is computed
             nxt = (r - t - 1) % P
             incoming = kv.new_empty(*kv.shape[:2], _length(kv_bounds, chunks[nxt]), kv.shape[3])
-            requests = _start_pass(kv, incoming)
+            requests = start_ring_pass(kv, incoming)
         k_src, v_src = kv[..., :d_k], kv[..., d_k:]
         k_parts = _pieces(k_src, kv_bounds, chunks[src])
         v_parts = _pieces(v_src, kv_bounds, chunks[src])
@@ -280,7 +262,7 @@ def ring_attention_rank(
                 computed += 1
         work.append((computed, skipped))
         if t < P - 1:
-            _finish_pass(requests, kv, incoming, traffic, "kv")
+            finish_ring_pass(requests, kv, incoming, traffic, "kv")
             kv = incoming
     return {
         "o": torch.cat(o, dim=2).cpu(),
@@ -311,7 +293,7 @@ def ring_attention_backward_rank(
     q, k, v as in `ring_attention_rank`; o (B, h, n_r, d_v) and lse (B, h, n_r) what it returned
     on this rank; do (B, h, n_r, d_v) the gradient of the loss with respect to o. Each block of
     keys and values travels the ring as in the forward pass, and its gradient (dk, dv) travels
-    one step behind it: every rank adds its share (`efficient.flash_attention_backward`, which
+    one step behind it: every rank adds its share (`nn.flash.flash_attention_backward`, which
     recomputes the weights from q, k and the final lse) and passes it on, and after P steps each
     block's gradient reaches its owner. Returns {"dq", "dk", "dv", "traffic"}.
     """
@@ -334,7 +316,7 @@ def ring_attention_backward_rank(
         nxt = (r - t - 1) % P  # whose block arrives next (after the last step: this rank's own)
         if t < P - 1:
             incoming = kv.new_empty(*kv.shape[:2], _length(kv_bounds, chunks[nxt]), kv.shape[3])
-            requests = _start_pass(kv, incoming)
+            requests = start_ring_pass(kv, incoming)
         k_parts = _pieces(kv[..., :d_k], kv_bounds, chunks[src])
         v_parts = _pieces(kv[..., d_k:], kv_bounds, chunks[src])
         dk_parts = _pieces(dkv[..., :d_k], kv_bounds, chunks[src])  # views into dkv
@@ -353,10 +335,10 @@ def ring_attention_backward_rank(
                 dv_parts[j] += dv_ab
         if P > 1:  # the gradient follows its block to the next rank
             grads = dkv.new_empty(*dkv.shape[:2], _length(kv_bounds, chunks[nxt]), dkv.shape[3])
-            _finish_pass(_start_pass(dkv, grads, tag=1), dkv, grads, traffic, "dkv")
+            finish_ring_pass(start_ring_pass(dkv, grads, tag=1), dkv, grads, traffic, "dkv")
             dkv = grads
         if t < P - 1:
-            _finish_pass(requests, kv, incoming, traffic, "kv")
+            finish_ring_pass(requests, kv, incoming, traffic, "kv")
             kv = incoming
     return {"dq": dq.cpu(), "dk": dkv[..., :d_k].cpu(), "dv": dkv[..., d_k:].cpu(),
             "traffic": traffic}  # fmt: skip

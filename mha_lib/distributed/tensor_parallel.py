@@ -16,11 +16,14 @@ The heads are independent until W_O sums them, so rank r can hold its own heads 
   and an all_gather puts the P ranges side by side.
 The norms are tiny and every rank holds them whole. No rank holds the whole model.
 
-The model is notebook 12's (`mha_lib.llm.decoder`): each rank builds `DecoderBlock`s whose
+The model is notebook 12's (`mha_lib.nn.decoder`): each rank builds `DecoderBlock`s whose
 attention is a `DecoderAttention` with its own h/P query heads and h_kv/P key/value heads
 (`AttentionShard`) and whose MLP is a `SwiGLU` of F/P hidden units, and runs `DecoderBlock`'s
-two residual steps with an all_reduce after each. Weights are stored (out, in) as in PyTorch
-(y = x @ W.T): "by columns of W" above is by rows of the stored weight, and the reverse.
+two residual steps with an all_reduce after each: `DecoderShard.forward` is the decoder's loop
+written out once more, on purpose, to show where Megatron's two all-reduces sit (its docstring
+says why this copy is kept rather than parallel linears inside the model's own loop). Weights
+are stored (out, in) as in PyTorch (y = x @ W.T): "by columns of W" above is by rows of the
+stored weight, and the reverse.
 
 What it holds:
 - `check_world_size(config, world_size)`: the sizes P must divide, with the message naming them;
@@ -41,7 +44,7 @@ What it holds:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.distributed as dist
@@ -49,17 +52,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_int
-from ..efficient.kv_cache import KVCache
-from ..llm.backends import resolve_attention
-from ..llm.decoder import (
-    DecoderAttention,
-    DecoderBlock,
-    DecoderCache,
-    DecoderConfig,
-    RMSNorm,
-    SwiGLU,
-)
-from ..llm.generation import Trace, generate
+from ..nn.backends import resolve_attention
+from ..nn.decoder import DecoderAttention, DecoderBlock, DecoderConfig, RMSNorm
+from ..nn.generation import Trace, generate
+from ..nn.kv_cache import DecoderCache
 from .collectives import Traffic, ring_all_reduce
 from .launch import rank_device, run
 from .weights import GGUFWeights, fill
@@ -175,20 +171,18 @@ class Collectives:
 class AttentionShard(DecoderAttention):
     """Notebook 12's `DecoderAttention` with h/P query heads and their h_kv/P key/value heads.
 
-    Its forward is DecoderAttention's, unchanged: RoPE, the KV cache (of this rank's key/value
-    heads only), attention, and W_O's rows facing these heads, so it returns this rank's
-    partial sum Σ_{h in rank} head_h W_O^h (B, n, C), to be all-reduced. Build it on the meta
-    device and give it weights with `weights.fill` (`load_shard` does).
+    It is the decoder's attention layer built for fewer heads of the same width d (notebook 08's
+    `GroupedQueryAttention` takes head_dim): its forward is DecoderAttention's, unchanged: RoPE,
+    the KV cache (of this rank's key/value heads only, made by its own `new_cache`), attention,
+    and W_O's rows facing these heads, so it returns this rank's partial sum
+    Σ_{h in rank} head_h W_O^h (B, n, C), to be all-reduced. Build it on the meta device and give
+    it weights with `weights.fill` (`load_shard` does).
     """
 
     def __init__(self, config: DecoderConfig, world_size: int) -> None:
-        super().__init__(config)  # the whole layer's projections (shapes only, on meta)...
-        C, d, P = config.hidden_size, config.head_dim, world_size
-        self.num_heads, self.num_kv_heads = config.num_heads // P, config.num_kv_heads // P
-        self.q_proj = nn.Linear(C, self.num_heads * d, bias=False)  # ...replaced by this rank's
-        self.k_proj = nn.Linear(C, self.num_kv_heads * d, bias=False)
-        self.v_proj = nn.Linear(C, self.num_kv_heads * d, bias=False)
-        self.out_proj = nn.Linear(self.num_heads * d, C, bias=False)  # (h/P·d -> C)
+        P = world_size
+        super().__init__(replace(config, num_heads=config.num_heads // P,
+                                 num_kv_heads=config.num_kv_heads // P))  # fmt: skip
 
 
 class DecoderShard(nn.Module):
@@ -197,8 +191,15 @@ class DecoderShard(nn.Module):
 
     forward(input_ids (B, n), cache=None, *, attention=None, last_only=False) -> logits
     (B, n, V) on every rank, as `DecoderLM.forward`: every rank of the group calls it with the
-    same ids. `comm` (a `Collectives`) does and counts the collectives. Build it on the meta
-    device and fill it with `load_shard`.
+    same ids, and `new_cache` makes a cache as `DecoderLM.new_cache` does, so notebook 12's
+    `generate` runs on it. `comm` (a `Collectives`) does and counts the collectives. Build it on
+    the meta device and fill it with `load_shard`.
+
+    Its forward is the one copy of the decoder's loop outside `DecoderLM.hidden_states`, kept on
+    purpose (rather than swapping in column- and row-parallel linears that reduce inside the
+    model's own loop): written out, it shows where Megatron's collectives sit, which is what
+    notebook 14 teaches, and each `AttentionShard` stays a module that returns its partial sum
+    (the notebook checks it against the heads it holds, in one process, with no group).
     """
 
     def __init__(self, config: DecoderConfig, rank: int, world_size: int) -> None:
@@ -211,23 +212,19 @@ class DecoderShard(nn.Module):
         # (given, not initialised: nn.Embedding's own initialisation on the meta device would
         # import sympy, 75 MB a process)
         self.embed = nn.Embedding(config.vocab_size // P, C, _weight=rows)
-        self.layers = nn.ModuleList()
-        for _ in range(config.num_layers):
-            block = DecoderBlock(config)  # notebook 12's block (shapes only, on meta)...
-            block.self_attn = AttentionShard(config, P)  # ...with this rank's heads
-            block.mlp = SwiGLU(C, config.intermediate_size // P)  # and hidden units
-            self.layers.append(block)
+        mlp = replace(config, intermediate_size=config.intermediate_size // P)  # its hidden units
+        self.layers = nn.ModuleList(
+            DecoderBlock(mlp, attention=AttentionShard(config, P))  # and its heads
+            for _ in range(config.num_layers)
+        )
         self.norm = RMSNorm(C, config.rms_norm_eps)
         self.comm = Collectives()
 
     def new_cache(self, batch_size: int, max_len: int) -> DecoderCache:
         """An empty KVCache per layer for this rank's key/value heads (h_kv/P of them)."""
-        c, w = self.config, self.embed.weight
-        h_kv = c.num_kv_heads // self.world_size
-        return DecoderCache([
-            KVCache(batch_size, h_kv, max_len, c.head_dim, dtype=w.dtype, device=w.device)
-            for _ in range(c.num_layers)
-        ])  # fmt: skip
+        return DecoderCache(
+            [layer.self_attn.new_cache(batch_size, max_len) for layer in self.layers]
+        )
 
     def forward(
         self,
@@ -246,11 +243,11 @@ class DecoderShard(nn.Module):
         mine = (local >= 0) & (local < E.shape[0])
         x = E[local.clamp(0, E.shape[0] - 1)] * mine[..., None]  # (B, n, C): 0 for others' ids
         x = comm.all_reduce(x, "embedding")  # each id is found on exactly one rank
-        for l, layer in enumerate(self.layers):  # DecoderBlock.forward, with two all_reduces
+        for l, layer in enumerate(self.layers):  # DecoderBlock.forward, with Megatron's two
             layer_cache = None if cache is None else cache.layers[l]
             partial = layer.self_attn(layer.norm1(x), positions, layer_cache, fn)  # (B, n, C)
-            x = x + comm.all_reduce(partial, "attention")  # Σ over ranks of Σ_h head_h W_O^h
-            x = x + comm.all_reduce(layer.mlp(layer.norm2(x)), "mlp")
+            x = x + comm.all_reduce(partial, "attention")  # all_reduce 1: Σ_ranks Σ_h head_h W_O^h
+            x = x + comm.all_reduce(layer.mlp(layer.norm2(x)), "mlp")  # all_reduce 2: W_down's
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
         logits = F.linear(self.norm(x), E)  # (B, n, V/P): the logits of this rank's range

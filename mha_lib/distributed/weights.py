@@ -1,6 +1,6 @@
 """Where each rank's weights come from: weight sources that read one shard and nothing else.
 
-Derived in notebook 14 §3. The model itself is notebook 12's (`mha_lib.llm.decoder`: its
+Derived in notebook 14 §3. The model itself is notebook 12's (`mha_lib.nn.decoder`: its
 `DecoderConfig`, `RMSNorm`, `SwiGLU`, `DecoderAttention` with `positions.rope`, `DecoderLM`);
 what is distributed-specific is that every rank builds its own part of it, in its own process,
 reading only the rows and columns it holds. A *weight source* is a callable
@@ -21,8 +21,9 @@ What it holds:
   seeded by the seed and its name, so any process reading any part of it gets the same numbers;
 - `GGUFWeights(path)`: SmolLM2-135M's GGUF file (by default the packaged one), opened in each
   process with `GGUFFile(path, skip_arrays=True)` (the tensor table without the vocabulary) and
-  read with `GGUFFile.read(name, rows=, cols=)`; the rows of W_Q and W_K are put back into the
-  half-split RoPE layout, as notebook 12's `load_decoder` does; `model()` is `load_decoder`;
+  read with notebook 12's `llm.loader.read_weight` (`GGUFFile.read(name, rows=, cols=)` a few MB
+  at a time, the rows of W_Q and W_K put back into the half-split RoPE layout, as
+  `load_decoder` reads them); `model()` is `load_decoder`;
 - `fill(model, plan, weights)`: every parameter of a model built on the meta device, read from
   a source through a plan {name: (rows, cols)}; returns how many numbers were read.
 """
@@ -35,9 +36,9 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from ..llm.decoder import CHUNK_WEIGHTS, DecoderConfig, DecoderLM, gguf_names, load_decoder
 from ..llm.gguf_file import GGUFFile, find_model_file
-from ..positions import rope_permutation
+from ..llm.loader import gguf_names, load_decoder, read_weight
+from ..nn.decoder import DecoderConfig, DecoderLM
 
 __all__ = ["TINY", "GGUFWeights", "RandomWeights", "fill", "parameter_shapes"]
 
@@ -154,18 +155,7 @@ class GGUFWeights:
         rope_rows, d = theirs.endswith(("attn_q.weight", "attn_k.weight")), self.config.head_dim
         if rope_rows and (start % d or stop % d):
             raise ValueError(f"rows = {rows} of {name}: expected whole heads of {d} rows")
-        step, out = max(1, CHUNK_WEIGHTS // n[1]), None
-        for r0 in range(start, stop, step):  # a few MB at a time, as load_decoder: a low peak
-            part = self.file.read(theirs, rows=(r0, min(stop, r0 + step)), cols=cols)
-            if out is None:
-                out = torch.empty(stop - start, part.shape[1])  # (rows, cols) asked for
-            out[r0 - start : r0 - start + part.shape[0]] = part
-        if rope_rows:
-            # the file keeps each head's rows in RoPE's adjacent pairs (llama.cpp's layout):
-            # back to the half-split pairs of transformers and of notebook 12's load_decoder
-            unpermute = torch.argsort(rope_permutation(d))
-            out = out.view(-1, d, out.shape[1])[:, unpermute].reshape(out.shape)
-        return out
+        return read_weight(self.file, theirs, (start, stop), cols, head_dim=d)
 
     def model(self) -> DecoderLM:
         """The whole model in one process: notebook 12's `load_decoder` on the same file."""

@@ -25,7 +25,14 @@ from dataclasses import dataclass
 
 from .._checks import check_int
 
-__all__ = ["MODELS", "CacheConfig", "beyond_native", "cache_bytes", "cache_numbers_per_token"]
+__all__ = [
+    "MODELS",
+    "CacheConfig",
+    "beyond_native",
+    "cache_bytes",
+    "cache_config",
+    "cache_numbers_per_token",
+]
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,21 @@ def cache_bytes(cfg: CacheConfig, context: int, batch: int = 1, num_sinks: int =
 def beyond_native(cfg: CacheConfig, context: int) -> bool:
     """True when `context` tokens exceed the model's native context (False when unknown)."""
     return cfg.native_context is not None and context > cfg.native_context
+
+
+def cache_config(config, bytes_per_number: int = 4) -> CacheConfig:
+    """The configuration of a decoder (`mha_lib.nn.decoder.DecoderConfig`, read from a GGUF
+    file's metadata in notebook 12): its layers, heads, key/value heads and head dimension, the
+    cache in float32 by default."""
+    return CacheConfig(
+        "this model",
+        "the GGUF file's metadata",
+        config.num_layers,
+        num_heads=config.num_heads,
+        num_kv_heads=config.num_kv_heads,
+        head_dim=config.head_dim,
+        bytes_per_number=bytes_per_number,
+    )
 
 
 MODELS: dict[str, CacheConfig] = {

@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_int
+from ..nn.masks import bottom_right_causal_tensor
 from ..positions import rope
 
 __all__ = ["MLACache", "MultiHeadLatentAttention", "decode_step_cost", "yarn", "yarn_mscale"]
@@ -174,7 +175,7 @@ class MultiHeadLatentAttention(nn.Module):
     or a YaRN dictionary as in DeepSeek-V3's config.json: see `yarn`).
     Parameters (nn.Linear, no bias): q_proj (C -> h(d_N + d_R)) or q_a_proj (C -> r_q),
     q_a_norm, q_b_proj (r_q -> h(d_N + d_R)); kv_a_proj (C -> r + d_R), kv_a_norm,
-    kv_b_proj (r -> h(d_N + d_V)), o_proj (h d_V -> C).
+    kv_b_proj (r -> h(d_N + d_V)), out_proj (h d_V -> C).
     """
 
     def __init__(
@@ -227,7 +228,7 @@ class MultiHeadLatentAttention(nn.Module):
         self.kv_a_proj = nn.Linear(C, r + d_R, bias=False)  # [W_DKV, W_KR]
         self.kv_a_norm = nn.RMSNorm(r, eps=NORM_EPS)
         self.kv_b_proj = nn.Linear(r, h * (d_N + d_V), bias=False)  # [W_UK,i ; W_UV,i] per head
-        self.o_proj = nn.Linear(h * d_V, C, bias=False)  # W_O
+        self.out_proj = nn.Linear(h * d_V, C, bias=False)  # W_O
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -270,7 +271,7 @@ class MultiHeadLatentAttention(nn.Module):
             (new.kv_a_proj, hf_attention.kv_a_proj_with_mqa),
             (new.kv_a_norm, hf_attention.kv_a_layernorm),
             (new.kv_b_proj, hf_attention.kv_b_proj),
-            (new.o_proj, hf_attention.o_proj),
+            (new.out_proj, hf_attention.o_proj),
         ]
         if cfg.q_lora_rank is None:
             pairs.append((new.q_proj, hf_attention.q_proj))
@@ -366,11 +367,11 @@ class MultiHeadLatentAttention(nn.Module):
         m = c.shape[1]
         allowed = None
         if is_causal:
-            allowed = torch.ones(n, m, dtype=torch.bool, device=x.device).tril(m - n)  # (n, m)
+            allowed = bottom_right_causal_tensor(n, m, x.device)  # (n, m)
         if mask is not None:
             allowed = mask if allowed is None else allowed & mask
         heads = self.attend(q_nope, q_rope, c, k_rope, allowed, absorb)  # (B, h, n, d_V)
-        return self.o_proj(heads.transpose(1, 2).reshape(B, n, -1))  # (B, n, C)
+        return self.out_proj(heads.transpose(1, 2).reshape(B, n, -1))  # (B, n, C)
 
     def attend(
         self,

@@ -32,7 +32,6 @@ rate or a mean over runs.
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from importlib import resources
@@ -42,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..nn.gqa import GroupedQueryAttention, grouped_scores
+from ..runtime import provenance
 from ..stats import t_interval, wilson_interval
 from .mla import MultiHeadLatentAttention
 
@@ -140,25 +141,16 @@ def recall_batch(
     return tokens, targets
 
 
-class _GroupedAttention(nn.Module):
-    """Causal self-attention with h query heads of size d and h_kv key/value heads (no RoPE)."""
+def _sdpa(mask: Tensor | None):
+    """The attention function of the MHA, GQA and MQA models: causal, or under `mask`, the
+    key/value heads shared by their groups (enable_gqa=True for every variant, as the sweep ran)."""
 
-    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, head_dim: int):
-        super().__init__()
-        self.h, self.h_kv, self.d = num_heads, num_kv_heads, head_dim
-        self.q = nn.Linear(d_model, num_heads * head_dim, bias=False)
-        self.kv = nn.Linear(d_model, 2 * num_kv_heads * head_dim, bias=False)
-        self.o = nn.Linear(num_heads * head_dim, d_model, bias=False)
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        B, N, _ = x.shape
-        q = self.q(x).view(B, N, self.h, self.d).transpose(1, 2)  # (B, h, N, d)
-        k, v = self.kv(x).view(B, N, 2, self.h_kv, self.d).permute(2, 0, 3, 1, 4)  # (B,h_kv,N,d)
+    def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         if mask is None:
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        else:
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-        return self.o(o.transpose(1, 2).reshape(B, N, -1))
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+
+    return attention
 
 
 class _Block(nn.Module):
@@ -174,8 +166,8 @@ class _Block(nn.Module):
         y = self.norm1(x)
         if isinstance(self.attn, MultiHeadLatentAttention):
             a = self.attn(y, mask=mask, is_causal=True)
-        else:
-            a = self.attn(y, mask=mask)
+        else:  # notebook 08's GroupedQueryAttention, its heads of width head_dim
+            a = self.attn(y, attention=_sdpa(mask))
         x = x + a
         return x + self.mlp(self.norm2(x))
 
@@ -201,8 +193,8 @@ class RecallModel(nn.Module):
                     cfg["head_dim"],
                 )
             else:
-                attn = _GroupedAttention(
-                    d_model, cfg["num_heads"], cfg["num_kv_heads"], cfg["head_dim"]
+                attn = GroupedQueryAttention(
+                    d_model, cfg["num_heads"], cfg["num_kv_heads"], head_dim=cfg["head_dim"]
                 )
             blocks.append(_Block(d_model, attn))
         self.blocks = nn.ModuleList(blocks)
@@ -265,7 +257,7 @@ def train_one(cfg: dict, seed: int, steps: int | None = None) -> tuple[RecallMod
 
 def _scores(attn: nn.Module, y: Tensor) -> Tensor:
     """The causal attention scores (B, h, N, N) of one attention layer on its input y."""
-    B, N, _ = y.shape
+    N = y.shape[1]
     if isinstance(attn, MultiHeadLatentAttention):
         pos = torch.arange(N)
         q_nope, q_rope = attn.queries(y, pos)  # (B, h, N, d_N), (B, h, N, d_R)
@@ -274,10 +266,8 @@ def _scores(attn: nn.Module, y: Tensor) -> Tensor:
         k_nope = torch.einsum("bmr,hdr->bhmd", c, W_UK)  # (B, h, N, d_N)
         s = (q_nope @ k_nope.mT + q_rope @ k_rope[:, None].mT) * attn.scale
     else:
-        q = attn.q(y).view(B, N, attn.h, attn.d).transpose(1, 2)  # (B, h, N, d)
-        k, _ = attn.kv(y).view(B, N, 2, attn.h_kv, attn.d).permute(2, 0, 3, 1, 4)
-        k = k.repeat_interleave(attn.h // attn.h_kv, dim=1)  # (B, h, N, d)
-        s = (q @ k.transpose(-2, -1)) / attn.d**0.5
+        q, k, _ = attn.project(y)  # (B, h, N, d), (B, h_kv, N, d)
+        s = grouped_scores(q, k)  # (B, h, N, N)
     return s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
 
 
@@ -369,10 +359,7 @@ def run_sweep(
         finally:
             torch.set_num_threads(threads)
     return {
-        "made by": "python -m mha_lib.efficient.recall",
-        "torch": torch.__version__,
-        "machine": platform.machine(),
-        "cpu capability": torch.backends.cpu.get_cpu_capability(),
+        **provenance("python -m mha_lib.efficient.recall"),
         "task": TASK,
         "train": {**TRAIN, **({"steps": steps} if steps else {})},
         "seeds": list(seeds),

@@ -1,6 +1,6 @@
 """FlashAttention as a Triton kernel: forward, backward, and two warm-up kernels.
 
-Derived in notebook 09, from notebook 08's plain-torch loop (`mha_lib.efficient.flash`).
+Derived in notebook 09, from notebook 08's plain-torch loop (`mha_lib.nn.flash`).
 This module imports torch and triton, so it is imported explicitly
 (`from mha_lib.efficient.triton_flash import ...`); `import mha_lib` stays numpy-only.
 Triton ships wheels for Linux x86_64 only; elsewhere importing this module raises
@@ -90,7 +90,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from .flash import causal_key_end  # noqa: E402  (pure Python, shared with notebook 08)
+from ..nn.flash import causal_key_end  # noqa: E402  (pure Python, shared with notebook 08)
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 DEVICE = "cpu" if INTERPRETED else "cuda"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..efficient import KVCache, TileStats
+from ..nn import KVCache, TileStats
 from ._base import checker, diagnose, run
 
 __all__ = ["check_chunk_causal_mask", "check_decode_chunk", "check_sliding_window_mask"]

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..efficient import KVCache, cached_attention
+from ..nn import KVCache, cached_attention
 from ..positions import rope
 from ..stats import t_quantile
 from ._base import as_array, checker, close, diagnose, mismatch, run, to_numpy

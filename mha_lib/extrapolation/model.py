@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..efficient.masks import alibi_slopes
+from ..nn.masks import alibi_slopes
 from ..positions import rope, sinusoidal_positions
 
 __all__ = ["SCHEMES", "TinyCausal", "loss_and_accuracy"]

@@ -33,7 +33,6 @@ notebook 10 states for every seed (`seed_claims`, with the variants it needs in
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from importlib import resources
@@ -42,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..runtime import provenance
 from ..stats import t_interval
 from .model import SCHEMES, TinyCausal, loss_and_accuracy
 from .tasks import TASKS, batch
@@ -360,10 +360,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     result = run_sweep(processes=args.processes, verbose=True)
-    result["made by"] = "python -m mha_lib.extrapolation.sweep"
-    result["torch"] = torch.__version__
-    result["machine"] = platform.machine()
-    result["cpu capability"] = torch.backends.cpu.get_cpu_capability()
+    result.update(provenance("python -m mha_lib.extrapolation.sweep"))
     result["minutes"] = round((time.perf_counter() - t0) / 60, 1)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out} in {result['minutes']} min")

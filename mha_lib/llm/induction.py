@@ -7,9 +7,10 @@ to t - P + 1, the token that followed the same token in the first copy, and copi
 second copy becomes predictable. The measures:
 - `random_tokens(batch, period, seed, repeated=True)`: (B, 2P) random word pieces (ids in
   `TOKEN_RANGE`), the block repeated once, or 2P fresh tokens (the null: nothing to match);
-- `stripe_score(weights, offset, start)`: (L, h) mean weight from every query t >= start to key
-  t - offset, per sequence or pooled; `induction_scores(model, input_ids, period)` (offset
-  P - 1 from t >= P) and `previous_token_scores(model, input_ids, start)` (offset 1);
+- `stripe_score(weights, offset, start)` (`mha_lib.nn.circuits`, notebook 06's too): (L, h)
+  mean weight from every query t >= start to key t - offset, per sequence or pooled;
+  `induction_scores(model, input_ids, period)` (offset
+  P - 1 from t >= P) and `previous_token_score(model, input_ids, start)` (offset 1);
 - `copy_losses(model, input_ids, period, head_mask=None)`: (B, 2) mean loss on the first copy
   (tokens 1 .. P - 1) and on the second (tokens P + 1 .. 2P - 1);
 - `head_mask_without(heads, L, h)`: ones, with 0 at the heads removed;
@@ -17,8 +18,9 @@ second copy becomes predictable. The measures:
   with its queries computed from one residual stream and its keys from another (notebook 05's
   test of which side carries a change: keys, K-composition; queries, Q-composition);
 - `qk_circuit(model, layer, head, distance)`, `ov_circuit(model, layer, head)`: notebook 06's
-  circuits in a real layer, the RMSNorm weights folded in, the key/value head shared by the
-  head's GQA group, and RoPE's rotation for a query `distance` tokens after the key;
+  circuits in a real layer (its `head_weights`, `mha_lib.nn.circuits`), the RMSNorm weights
+  folded in, the key/value head shared by the head's GQA group, and RoPE's rotation for a
+  query `distance` tokens after the key;
 - `composition_scores(model, later, earlier, kind, distance)`: K- or Q-composition of later
   heads with earlier heads, from the circuits' (C, d) factors (d × d matrices only);
 - the sweep behind notebook 13's ablations: `SWEEP`, `SWEEP_FILE`, `run_sweep`, `load_sweep`
@@ -42,7 +44,6 @@ Imports torch.
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from importlib import resources
@@ -52,10 +53,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..positions import rope
-from ..pytorch import _split_heads
-from .backends import attention_weights
-from .decoder import DecoderLM, load_smollm2
+from ..nn.backends import attention_weights
+from ..nn.circuits import head_weights, stripe_score
+from ..nn.decoder import DecoderLM
+from ..runtime import provenance
+from .loader import load_smollm2
 from .sinks import layer_inputs
 
 __all__ = [
@@ -72,7 +74,7 @@ __all__ = [
     "load_periods",
     "load_sweep",
     "ov_circuit",
-    "previous_token_scores",
+    "previous_token_score",
     "qk_circuit",
     "random_tokens",
     "run_periods",
@@ -97,22 +99,6 @@ def random_tokens(batch: int, period: int, seed: int, repeated: bool = True) -> 
     return torch.cat([block, block], dim=1)  # (B, 2P)
 
 
-def stripe_score(weights, offset: int, start: int, per_sequence: bool = False) -> Tensor:
-    """The mean weight from each query t >= start to key t - offset: (L, h), or (B, L, h) with
-    per_sequence. weights (L, B, h, N, N) or a list of L tensors (B, h, N, N)."""
-    A = torch.stack(list(weights)) if isinstance(weights, list | tuple) else weights
-    N = A.shape[-1]
-    if A.dim() != 5 or A.shape[-2] != N:
-        raise ValueError(f"weights has shape {tuple(A.shape)}; expected (L, B, h, N, N)")
-    if not 0 <= offset <= start < N:
-        raise ValueError(f"offset = {offset}, start = {start}; expected 0 <= offset <= start < {N}")
-    stripe = torch.diagonal(
-        A, offset=-offset, dim1=-2, dim2=-1
-    )  # (L, B, h, N - offset): t - offset
-    stripe = stripe[..., start - offset :]  # the queries t = start .. N - 1
-    return stripe.mean(-1).permute(1, 0, 2) if per_sequence else stripe.mean(dim=(1, 3))
-
-
 def _weights(model: DecoderLM, input_ids: Tensor, head_mask: Tensor | None = None) -> Tensor:
     with torch.no_grad():
         _, weights = model(input_ids, head_mask=head_mask, need_weights=True)
@@ -129,7 +115,7 @@ def induction_scores(model: DecoderLM, input_ids: Tensor, period: int) -> Tensor
     return stripe_score(_weights(model, input_ids), period - 1, period)
 
 
-def previous_token_scores(model: DecoderLM, input_ids: Tensor, start: int = 1) -> Tensor:
+def previous_token_score(model: DecoderLM, input_ids: Tensor, start: int = 1) -> Tensor:
     """(L, h): the mean weight from each query t >= start on the token just before it."""
     return stripe_score(_weights(model, input_ids), 1, max(start, 1))
 
@@ -188,41 +174,34 @@ def swapped_stripe(model: DecoderLM, layer: int, x_queries: Tensor, x_keys: Tens
     """(h,): layer's stripe score (weight on t - offset from t >= start) when its queries come
     from the residual stream x_queries (B, N, C) and its keys from x_keys (B, N, C)."""
     block = model.layers[layer]
-    attn = block.self_attn
-    cfg = model.config
     positions = torch.arange(x_queries.shape[1])
     with torch.no_grad():
-        q = _split_heads(attn.q_proj(block.norm1(x_queries)), cfg.num_heads)  # (B, h, N, d)
-        k = _split_heads(attn.k_proj(block.norm1(x_keys)), cfg.num_kv_heads)  # (B, h_kv, N, d)
-        A = attention_weights(attn._rope(q, positions), attn._rope(k, positions))  # (B, h, N, N)
+        q, _, _ = block.self_attn.qkv(block.norm1(x_queries), positions)  # (B, h, N, d)
+        _, k, _ = block.self_attn.qkv(block.norm1(x_keys), positions)  # (B, h_kv, N, d)
+        A = attention_weights(q, k)  # (B, h, N, N)
     return stripe_score(A[None], offset, start)[0]  # (h,)
 
 
 # ---------------------------------------------------------------------------- circuits
 
 
-def _head_rows(model: DecoderLM, layer: int, head: int):
+def _factors(model: DecoderLM, layer: int, head: int, distance: int = 0):
+    """W_QK = Q Kᵀ and W_OV = V O as their (C, d) and (d, C) factors (see qk_circuit): the
+    head's weights (`nn.circuits.head_weights`, the key and value of its GQA group) with the
+    layer's RMSNorm weight γ folded in and the queries turned by RoPE."""
     cfg = model.config
     if not (0 <= layer < cfg.num_layers and 0 <= head < cfg.num_heads):
         raise ValueError(
             f"layer {layer}, head {head}: expected < {cfg.num_layers}, {cfg.num_heads}"
         )
-    d, g = cfg.head_dim, cfg.num_heads // cfg.num_kv_heads
-    return slice(head * d, (head + 1) * d), slice((head // g) * d, (head // g + 1) * d)
-
-
-def _factors(model: DecoderLM, layer: int, head: int, distance: int = 0):
-    """W_QK = Q Kᵀ and W_OV = V O as their (C, d) and (d, C) factors (see qk_circuit)."""
-    q_rows, kv_rows = _head_rows(model, layer, head)
     block = model.layers[layer]
     gamma = block.norm1.weight  # (C,)
-    W_q = (block.self_attn.q_proj.weight[q_rows] * gamma).T  # (C, d)
+    W_q, W_k, W_v, O = head_weights(block.self_attn, head)  # (C, d) x 3, (d, C)
     # rope(x W_q, i) · rope(x W_k, j) = rope(x W_q, i - j) · x W_k: turn each row of W_q by i - j
-    Q = rope(W_q, torch.full((W_q.shape[0],), distance), model.config.rope_base,
-             model.rope_interleaved)  # fmt: skip
-    K = (block.self_attn.k_proj.weight[kv_rows] * gamma).T  # (C, d)
-    V = (block.self_attn.v_proj.weight[kv_rows] * gamma).T  # (C, d)
-    O = block.self_attn.out_proj.weight[:, q_rows].T  # (d, C)
+    W_q = (W_q.T * gamma).T  # (C, d): diag(γ) W_q
+    Q = block.self_attn.rotate(W_q, torch.full((W_q.shape[0],), distance))  # (C, d)
+    K = (W_k.T * gamma).T  # (C, d)
+    V = (W_v.T * gamma).T  # (C, d)
     return Q, K, V, O
 
 
@@ -373,9 +352,7 @@ def run_sweep(model: DecoderLM | None = None, verbose: bool = False, *, batch: i
         }
         say(f"without L{l0}.H{i0}")
     return {
-        "made by": "python -m mha_lib.llm.induction",
-        "torch": torch.__version__,
-        "machine": platform.machine(),
+        **provenance("python -m mha_lib.llm.induction"),
         "period": P,
         "batch": B,
         "seeds": seeds,
@@ -428,9 +405,7 @@ def run_periods(model: DecoderLM | None = None, verbose: bool = False, *, period
                   f"{float(res['second'].mean()):.2f} ({time.perf_counter() - t0:.0f} s)",
                   flush=True)  # fmt: skip
     return {
-        "made by": "python -m mha_lib.llm.induction periods",
-        "torch": torch.__version__,
-        "machine": platform.machine(),
+        **provenance("python -m mha_lib.llm.induction periods"),
         "batch": B,
         "seed": seed,
         "token range": list(TOKEN_RANGE),

@@ -32,7 +32,6 @@ Imports torch.
 from __future__ import annotations
 
 import json
-import platform
 import sys
 import time
 from importlib import resources
@@ -42,9 +41,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..pytorch import _split_heads
+from ..nn.decoder import DecoderLM
+from ..runtime import provenance
 from . import texts
-from .decoder import DecoderLM, load_smollm2
+from .loader import load_smollm2
 
 __all__ = [
     "SWEEP",
@@ -138,7 +138,7 @@ def value_norms(model: DecoderLM, inputs: Tensor) -> Tensor:
     from the layer inputs (L, B, N, C) of `layer_inputs`: v = v_proj(norm1(x))."""
     out = []
     for layer, x in zip(model.layers, inputs):
-        v = _split_heads(layer.self_attn.v_proj(layer.norm1(x)), model.config.num_kv_heads)
+        _, _, v = layer.self_attn.project(layer.norm1(x))  # (B, h_kv, N, d)
         out.append(v.norm(dim=-1))  # (B, h_kv, N)
     return torch.stack(out)
 
@@ -164,7 +164,7 @@ def noop_correlation(model: DecoderLM, weights: Tensor, inputs: Tensor, start: i
     g = cfg.num_heads // cfg.num_kv_heads
     out = []
     for l, (layer, x) in enumerate(zip(model.layers, inputs)):
-        v = _split_heads(layer.self_attn.v_proj(layer.norm1(x)), cfg.num_kv_heads)
+        _, _, v = layer.self_attn.project(layer.norm1(x))  # (B, h_kv, N, d)
         o = weights[l] @ v.repeat_interleave(g, dim=1)  # (B, h, N, d): each head's output
         a0 = weights[l][:, :, start:, 0]  # (B, h, N - start)
         size = o[:, :, start:].norm(dim=-1)  # (B, h, N - start)
@@ -241,10 +241,7 @@ def run_sweep(model: DecoderLM | None = None, tokenizer=None, verbose: bool = Fa
                       f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
         scores[kind] = torch.stack(rows).tolist()  # (count, lengths, L, h)
     return {
-        "made by": "python -m mha_lib.llm.sinks",
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+        **provenance("python -m mha_lib.llm.sinks"),
         "texts": {
             kind: f"mha_lib.llm.sinks.kind_stretches(tok, {kind!r}, {N}, {count})"
             for kind, count in counts.items()

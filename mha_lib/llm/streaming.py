@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import json
 import math
-import platform
 import sys
 import time
 from importlib import resources
@@ -61,14 +60,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import check_int
-from ..efficient.gqa import repeat_kv
-from ..efficient.sink_cache import SinkKVCache, sink_cached_attention, sink_window_mask
+from ..nn.backends import AttentionFn
+from ..nn.decoder import DecoderLM
+from ..nn.gqa import grouped_scores, repeat_kv
+from ..nn.kv_cache import ROPE_POSITIONS
+from ..nn.masks import sink_window_mask
 from ..positions import rope
-from ..pytorch import _merge_heads, _split_heads
+from ..runtime import provenance
 from ..stats import t_interval
 from . import texts
-from .backends import AttentionFn
-from .decoder import DecoderLM, load_smollm2
+from .loader import load_smollm2
 
 __all__ = [
     "POSITIONS",
@@ -87,7 +88,7 @@ __all__ = [
     "token_losses",
 ]
 
-POSITIONS = ("cache", "original")
+POSITIONS = ROPE_POSITIONS  # ("cache", "original"): where the rolling cache rotates its keys
 
 
 # ---------------------------------------------------------------------------- one pass
@@ -101,16 +102,12 @@ def token_losses(model: DecoderLM, input_ids: Tensor, attention: AttentionFn | N
     logits are computed `chunk` positions at a time, so that (B, N, V) is never held.
     """
     _check_ids(model, input_ids)
-    fn = model.attention if attention is None else attention
-    positions = torch.arange(input_ids.shape[1], device=input_ids.device)
-    x = model.embed(input_ids)  # (B, N, C)
-    for layer in model.layers:
-        x = layer(x, positions, None, fn)
-    x = model.norm(x[:, :-1])  # (B, N - 1, C): the positions that predict a next token
+    x = model.hidden_states(input_ids, attention=attention)  # (B, N, C)
+    x = x[:, :-1]  # (B, N - 1, C): the positions that predict a next token
     targets = input_ids[:, 1:]  # (B, N - 1)
     out = []
     for i in range(0, x.shape[1], chunk):
-        logits = F.linear(x[:, i : i + chunk], model.output_weight)  # (B, chunk, V)
+        logits = model.logits(x[:, i : i + chunk])  # (B, chunk, V)
         out.append(F.cross_entropy(logits.transpose(1, 2), targets[:, i : i + chunk],
                                    reduction="none"))  # fmt: skip
     return torch.cat(out, dim=1)  # (B, N - 1)
@@ -142,7 +139,7 @@ def streaming_attention(
             return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=g > 1)
         t = torch.arange(N, device=q.device)  # (N,) the queries' text positions
         band = allowed & (t >= sinks)[None, :]  # (N, N): the window, sink columns apart
-        scores = q @ repeat_kv(k, g).transpose(-2, -1) / math.sqrt(d)  # (B, h, N, N)
+        scores = grouped_scores(q, k)  # (B, h, N, N)
         scores = scores.masked_fill(~band, float("-inf"))
         shift = (t - (sinks + window - 1)).clamp(min=0)  # (N,): text position - cache place
         S = min(sinks, N)
@@ -175,52 +172,20 @@ def rolling_losses(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
     """(B, N - 1): the losses of decoding input_ids one token at a time through a rolling
     cache per layer (notebook 11's `SinkKVCache`) of `sinks` sinks and a `window`.
 
-    positions="cache": the model's own sink cache (`DecoderLM.new_sink_cache`: keys cached
-    before RoPE, rotated by their place in the cache); "original": keys rotated at their text
-    position before they are cached, the query at its own.
+    positions="cache": keys cached before RoPE, rotated by their place in the cache
+    (StreamingLLM); "original": keys rotated at their text position before they are cached, the
+    query at its own (`DecoderLM.new_sink_cache(..., rope_positions=positions)`).
     """
     _check_ids(model, input_ids)
     window, sinks = check_int(window, "window", 1), check_int(sinks, "sinks", 0)
     _check_positions(positions)
     B, N = input_ids.shape
-    if positions == "cache":
-        cache = model.new_sink_cache(B, window, sinks)
-
-        def step(t: int) -> Tensor:
-            return model(input_ids[:, t : t + 1], cache)  # (B, 1, V)
-    else:
-        cfg, w = model.config, model.embed.weight
-        caches = [
-            SinkKVCache(B, cfg.num_kv_heads, cfg.head_dim, window, sinks, dtype=w.dtype,
-                        device=w.device)
-            for _ in model.layers
-        ]  # fmt: skip
-
-        def step(t: int) -> Tensor:
-            return _original_position_step(model, input_ids[:, t : t + 1], t, caches)
-
+    cache = model.new_sink_cache(B, window, sinks, rope_positions=positions)
     losses = []
     for t in range(N - 1):
-        logits = step(t)[:, 0]  # (B, V)
+        logits = model(input_ids[:, t : t + 1], cache)[:, 0]  # (B, V)
         losses.append(F.cross_entropy(logits, input_ids[:, t + 1], reduction="none"))
     return torch.stack(losses, dim=1)  # (B, N - 1)
-
-
-def _original_position_step(model: DecoderLM, token: Tensor, t: int,
-                            caches: list[SinkKVCache]) -> Tensor:  # fmt: skip
-    """One token (B, 1) at text position t through every layer: RoPE at t, then the cache."""
-    h, h_kv = model.config.num_heads, model.config.num_kv_heads
-    place = torch.tensor([t], device=token.device)
-    x = model.embed(token)  # (B, 1, C)
-    for layer, cache in zip(model.layers, caches):
-        attn, a = layer.self_attn, layer.norm1(x)
-        q = attn._rope(_split_heads(attn.q_proj(a), h), place)  # (B, h, 1, d)
-        k = attn._rope(_split_heads(attn.k_proj(a), h_kv), place)  # (B, h_kv, 1, d)
-        v = _split_heads(attn.v_proj(a), h_kv)  # (B, h_kv, 1, d)
-        heads = sink_cached_attention(q, k, v, cache)  # (B, h, 1, d): notebook 11's step
-        x = x + attn.out_proj(_merge_heads(heads))
-        x = x + layer.mlp(layer.norm2(x))
-    return F.linear(model.norm(x), model.output_weight)  # (B, 1, V)
 
 
 def recomputed_losses(model: DecoderLM, input_ids: Tensor, window: int, queries,
@@ -368,10 +333,7 @@ def run_sweep(model: DecoderLM | None = None, tokenizer=None, *, stretches: int 
                     print(f"stretch {s} {name:>22}: {math.exp(rec.mean()):8.2f} on the queries "
                           f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
     return {
-        "made by": "python -m mha_lib.llm.streaming",
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+        **provenance("python -m mha_lib.llm.streaming"),
         "text": "mha_lib.llm.texts.doc_text()",
         "stretch": length,
         "stretches": count,

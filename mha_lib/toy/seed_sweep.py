@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import sys
 from collections import Counter
 from importlib import resources
@@ -55,6 +54,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..runtime import provenance
 from ..stats import wilson_interval
 from .circuits import (
     duplicate_token_score,
@@ -206,10 +206,7 @@ def run_sweep(seeds=SEEDS, verbose: bool = False) -> dict:
     """Train and summarise every model of notebook 06 for each seed; a JSON-ready dict."""
     committee_test, induction_test = committee_test_batch(), induction_test_batch()
     sweep = {
-        "made by": "python -m mha_lib.toy.seed_sweep",
-        "torch": torch.__version__,
-        "machine": platform.machine(),
-        "cpu capability": torch.backends.cpu.get_cpu_capability(),
+        **provenance("python -m mha_lib.toy.seed_sweep"),
         "seeds": list(seeds),
         "committee 4 heads": [],
         "committee 1 head": [],

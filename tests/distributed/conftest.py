@@ -29,7 +29,7 @@ def smollm2_reference() -> dict:
     (the float32 weights, every sum in float64: the exact logits, to float32's eye); its
     parameters' names and count, and a few whole weights."""
     from mha_lib.llm import generate, load_decoder
-    from mha_lib.llm.generation import Trace
+    from mha_lib.nn.generation import Trace
 
     model = load_decoder()
     some = [  # whole weights, for tests/distributed/test_weights.py

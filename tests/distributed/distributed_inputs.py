@@ -21,7 +21,7 @@ from mha_lib.distributed.ring import (
 )
 from mha_lib.distributed.tensor_parallel import tensor_parallel_rank
 from mha_lib.distributed.weights import TINY, GGUFWeights, RandomWeights
-from mha_lib.llm.decoder import DecoderConfig
+from mha_lib.nn.decoder import DecoderConfig
 
 WORLD_SIZES = (1, 2, 3, 4)
 # the same kind of model with 4 key/value heads of 6, for world sizes 2 and 4 (TINY has 3)

@@ -62,4 +62,4 @@ def test_under_torchrun():
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout == "✓ ring attention (zigzag, causal=True) on 2 ranks, N = 9 == SDPA\n"
+    assert done.stdout == "✓ ring attention (zigzag, is_causal=True) on 2 ranks, N = 9 == SDPA\n"

@@ -24,7 +24,7 @@ from mha_lib.distributed.ring import (
     split_sequence,
     work_per_step,
 )
-from mha_lib.efficient import flash_attention_forward
+from mha_lib.nn.flash import flash_attention_forward
 from mha_lib.testing import assert_close
 from tests.distributed.distributed_inputs import GRAD_CASES, WORLD_SIZES, ring_cases, ring_inputs
 

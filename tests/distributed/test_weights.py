@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mha_lib.distributed.weights import TINY, GGUFWeights, RandomWeights, fill, parameter_shapes
-from mha_lib.llm.decoder import DecoderLM
+from mha_lib.nn.decoder import DecoderLM
 from mha_lib.testing import assert_close
 
 

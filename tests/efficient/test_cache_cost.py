@@ -3,14 +3,15 @@ the caches hold, and the published configurations with their sources."""
 
 import pytest
 
-from mha_lib.efficient import KVCache
 from mha_lib.efficient.cache_cost import (
     MODELS,
     CacheConfig,
     beyond_native,
     cache_bytes,
+    cache_config,
     cache_numbers_per_token,
 )
+from mha_lib.nn.kv_cache import KVCache, SinkKVCache
 
 
 def test_kv_cache_nbytes_equals_the_formula():
@@ -56,3 +57,20 @@ def test_native_contexts_mark_the_bills_beyond_them():
     assert [n for n, b in beyond.items() if not b[0]] == ["DeepSeek-V3"]
     assert [n for n, b in beyond.items() if not b[1]] == ["DeepSeek-V3"]
     assert not beyond_native(CacheConfig("t", "test", 1), 10**9)  # unknown: never marked
+
+
+def test_sink_cache_nbytes_equals_the_windowed_formula():
+    cfg = CacheConfig("t", "test", 1, num_heads=4, num_kv_heads=2, head_dim=8, window=6,
+                      bytes_per_number=4)  # fmt: skip
+    cache = SinkKVCache(2, 2, 8, window=6, num_sinks=3)
+    for N in (9, 100, 10_000):
+        assert cache.nbytes == cache_bytes(cfg, N, batch=2, num_sinks=3)
+
+
+def test_a_decoders_configuration_is_priced_as_its_cache_holds():
+    from mha_lib.distributed.weights import TINY
+    from mha_lib.nn.decoder import DecoderLM
+
+    cfg = cache_config(TINY)  # 2 layers, 3 key/value heads of 8, float32
+    assert (cfg.attention, cache_numbers_per_token(cfg)) == ("GQA", 2 * 3 * 8)
+    assert DecoderLM(TINY).new_cache(2, 10).nbytes == cache_bytes(cfg, 10, batch=2)

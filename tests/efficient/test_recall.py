@@ -65,7 +65,7 @@ def test_every_variant_fills_its_budget():
                 assert attn.cache_numbers_per_token() == budget
                 assert (attn.qk_rope_head_dim > 0) == (name == "MLA + RoPE")
             else:
-                assert 2 * attn.h_kv * attn.d == budget
+                assert 2 * attn.num_kv_heads * attn.head_dim == budget
         # MLA's heads are MQA's: the same query heads and q·k width when it has no rope key
         assert (
             differences(variants["MLA"])["query width"]

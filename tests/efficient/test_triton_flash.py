@@ -21,7 +21,6 @@ pytest.importorskip(
     "mha_lib.efficient.triton_flash", reason="triton ships wheels for Linux x86_64 only"
 )
 
-from mha_lib.efficient import flash_attention, hbm_bytes
 from mha_lib.efficient.triton_flash import (
     BACKWARD_DESIGNS,
     DEVICE,
@@ -40,6 +39,7 @@ from mha_lib.efficient.triton_flash import (
     triton_attention_forward,
     vector_add,
 )
+from mha_lib.nn.flash import flash_attention, hbm_bytes
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 

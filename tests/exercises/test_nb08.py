@@ -5,12 +5,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_lib.efficient import bottom_right_causal_mask_mod, flash_attention
 from mha_lib.exercises.nb08 import (
     check_chunk_causal_mask,
     check_decode_chunk,
     check_sliding_window_mask,
 )
+from mha_lib.nn import bottom_right_causal_mask_mod, flash_attention
 
 
 def verdict(capsys) -> str:

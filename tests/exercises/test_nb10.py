@@ -5,13 +5,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_lib.efficient import cached_attention
 from mha_lib.exercises.nb10 import (
     check_decode_step,
     check_rope,
     check_score_table,
     check_seed_interval,
 )
+from mha_lib.nn import cached_attention
 from mha_lib.positions import rope
 
 

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from mha_lib.efficient.sink_cache import slot_of
 from mha_lib.exercises.nb11 import (
     check_absorb_key,
     check_absorb_rotated,
     check_cache_bytes,
     check_sink_slot,
 )
+from mha_lib.nn.kv_cache import slot_of
 from mha_lib.positions import rope
 
 

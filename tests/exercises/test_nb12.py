@@ -12,7 +12,7 @@ from mha_lib.exercises.nb12 import (
     check_top_p,
     q4_1_blocks,
 )
-from mha_lib.llm.generation import top_p_filter
+from mha_lib.nn.generation import top_p_filter
 from mha_lib.positions import rope_permutation
 
 

@@ -1,6 +1,7 @@
 """mha_lib.llm.gguf_file: the metadata, the tensor table, the block formats, reading parts of a
-matrix, and clear errors for files that cannot be read; the header read directly (skip_arrays)
-gives the same table, values and bytes as gguf's reader."""
+matrix, and clear errors for files that cannot be read; the header, read field by field, gives
+the same values, table and bytes as gguf's own reader (the reference), with its arrays or
+without them (skip_arrays)."""
 
 import numpy as np
 import pytest
@@ -58,6 +59,24 @@ def test_tensor_table(real):
     assert real.tensors["token_embd.weight"].shape == (49152, 576)
     for t in real.tensors.values():
         assert t.nbytes == stored_bytes(t.num_weights, t.qtype)
+
+
+def test_every_value_the_table_and_the_bytes_equal_ggufs_own_reader(real):
+    from gguf import GGUFReader
+
+    ref = GGUFReader(real.path)
+    keys = [k for k in ref.fields if not k.startswith("GGUF.")]  # GGUF.*: the reader's own
+    assert real.keys() == keys
+    for key in keys:
+        ours, theirs = real.value(key), ref.get_field(key).contents()
+        assert ours == theirs and type(ours) is type(theirs), key
+        if isinstance(ours, list):
+            assert {type(x) for x in ours} == {type(x) for x in theirs}, key
+    for t in ref.tensors:
+        info = real.tensors[t.name]
+        assert (info.qtype, info.shape, info.nbytes) == (
+            t.tensor_type.name, tuple(reversed(t.shape.tolist())), int(t.n_bytes))  # fmt: skip
+        assert real.raw(t.name).dtype == t.data.dtype and np.array_equal(real.raw(t.name), t.data)
 
 
 def test_skip_arrays_gives_the_same_table_values_and_bytes(real):

@@ -22,9 +22,10 @@ from mha_lib.llm.induction import (
     load_periods,
     load_sweep,
     ov_circuit,
-    previous_token_scores,
+    previous_token_score,
     qk_circuit,
     random_tokens,
+    run_periods,
     stripe_score,
     swapped_stripe,
     uniform_target_losses,
@@ -70,7 +71,7 @@ def test_stripes_on_hand_made_patterns():
         stripe_score(A, 3, 2)
 
 
-def test_induction_and_previous_token_scores_equal_transformers(smollm2, repeated):
+def test_induction_and_previous_token_score_equal_transformers(smollm2, repeated):
     model, _ = smollm2
     ids, theirs = repeated
     A = torch.stack(theirs.attentions)  # (L, B, h, N, N)
@@ -79,7 +80,7 @@ def test_induction_and_previous_token_scores_equal_transformers(smollm2, repeate
     assert_close(induction_scores(model, ids, P), expected, rtol=0, atol=1e-4)
     t = torch.arange(1, 2 * P)
     expected = A[:, :, :, t, t - 1].mean(dim=(1, 3))
-    assert_close(previous_token_scores(model, ids), expected, rtol=0, atol=1e-4)
+    assert_close(previous_token_score(model, ids), expected, rtol=0, atol=1e-4)
     with pytest.raises(ValueError, match="period = 24"):
         induction_scores(model, ids, 2 * P)
 
@@ -228,9 +229,11 @@ def test_the_cached_periods_regenerate(smollm2):
     cached = load_periods()
     assert cached["periods"] == list(PERIODS["periods"]) and cached["seed"] == PERIODS["seed"]
     period = cached["periods"][0]
-    stats = copy_statistics(model, random_tokens(2, period, cached["seed"]), period)
-    for name, values in stats.items():
+    # run_periods is what `python -m mha_lib.llm.induction periods` runs
+    part = run_periods(model, periods=[period], batch=2)
+    assert part["made by"] == cached["made by"] and part["seed"] == cached["seed"]
+    for name, values in part["statistics"][str(period)].items():
         expected = torch.tensor(cached["statistics"][str(period)][name][:2])
-        assert_close(values.double(), expected, rtol=0, atol=2e-3)
+        assert_close(torch.tensor(values), expected, rtol=0, atol=2e-3)
     assert all(len(v) == cached["batch"] for per in cached["statistics"].values()
                for v in per.values())  # fmt: skip

@@ -22,6 +22,7 @@ from mha_lib.llm.sinks import (
     prefix_first_token,
     ratio_to_rest,
     residual_norms,
+    run_sweep,
     sink_counts,
     sweep_scores,
     uniform_first_token,
@@ -161,6 +162,18 @@ def test_the_cached_sweep_regenerates(smollm2):
     assert sink_counts(sweep, "code").shape == (SWEEP["stretches"]["code"], len(SWEEP["lengths"]))
     uniform = [uniform_first_token(n, SWEEP["start"]) for n in SWEEP["lengths"]]
     assert np.allclose(sweep["uniform"], uniform)
+
+
+def test_the_sweep_command_reproduces_a_slice(smollm2):
+    """run_sweep, what `python -m mha_lib.llm.sinks` runs, on the first stretch of code at the
+    two shortest lengths (a stretch's first tokens do not depend on its length for code)."""
+    model, tok = smollm2
+    sweep = load_sweep()
+    lengths = tuple(sweep["lengths"][:2])
+    part = run_sweep(model, tok, stretches={"code": 1}, lengths=lengths)
+    assert part["made by"] == sweep["made by"] and part["lengths"] == list(lengths)
+    assert_close(np.array(part["scores"]["code"][0]), sweep_scores(sweep, "code")[0, :2],
+                 rtol=0, atol=2e-4)  # fmt: skip
 
 
 def test_bad_arguments():

@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 import torch
 
-from mha_lib.efficient.sink_cache import sink_window_mask
-from mha_lib.llm.decoder import DecoderConfig, DecoderLM
 from mha_lib.llm.streaming import (
     SWEEP,
     load_sweep,
@@ -33,6 +31,8 @@ from mha_lib.llm.streaming import (
     token_losses,
 )
 from mha_lib.llm.texts import doc_text, stretches
+from mha_lib.nn.decoder import DecoderConfig, DecoderLM
+from mha_lib.nn.masks import sink_window_mask
 from mha_lib.positions import rope
 from mha_lib.stats import t_interval
 from mha_lib.testing import assert_close

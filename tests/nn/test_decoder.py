@@ -1,40 +1,24 @@
-"""mha_lib.llm.decoder against transformers' Llama: the parts on random weights and odd sizes, the
-loader on a tiny GGUF file, the real SmolLM2-135M on real text, the caches, and bad input.
+"""mha_lib.nn.decoder against transformers' Llama: the parts on random weights and odd sizes, the
+caches, and bad input (the loader and the real SmolLM2-135M: tests/llm/test_loader.py).
 
 Tolerances. On random weights in float64 our parts and transformers' would agree to 1e-12 (the
 same operations in another order), but transformers computes RMSNorm and RoPE's angles in float32
 whatever the input's dtype: where those enter, the comparison is at float32's precision
 (RAND_ATOL = 1e-5 on numbers of order 1, about a hundred float32 roundings); our own parts against
-each other (cache against no cache, one layout against the other) stay at 1e-10. The real model
-runs in float32: its logits (of size up to about 40) differ from transformers' by at most 1e-4 on
-the texts below (the summation orders of the matrix products differ, and RoPE's angles are
-computed as base^(-2i/d) here and 1/base^(2i/d) there, each rounded to float32); the test allows
-1e-3, ten times that.
+each other (cache against no cache, one layout against the other) stay at 1e-10.
 """
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from mha_lib.efficient.cache_cost import cache_bytes, cache_numbers_per_token
-from mha_lib.efficient.kv_cache import KVCache
-from mha_lib.llm.decoder import (
-    DecoderConfig,
-    DecoderLM,
-    RMSNorm,
-    SwiGLU,
-    gguf_names,
-    load_decoder,
-)
-from mha_lib.llm.gguf_file import GGUFFile, find_model_file
+from mha_lib.llm.loader import hf_names
+from mha_lib.nn.decoder import DecoderBlock, DecoderConfig, DecoderLM, RMSNorm, SwiGLU
+from mha_lib.nn.kv_cache import KVCache
+from mha_lib.positions import rope
 from mha_lib.testing import assert_close
 
-LOGIT_ATOL = 1e-3  # see the module docstring
-RAND_ATOL = 1e-5
-TEXTS = [
-    "The capital of France is",
-    "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",
-    "Once upon a time, in 1987, a café served 12345 crêpes   to    tired travellers.",
-]
+RAND_ATOL = 1e-5  # see the module docstring
 
 
 def ours_from_hf(hf, dtype=torch.float64) -> DecoderLM:
@@ -54,17 +38,8 @@ def ours_from_hf(hf, dtype=torch.float64) -> DecoderLM:
         eos_token_id=2,
     )
     ours = DecoderLM(cfg).to(dtype).eval()
-    names = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}
-    for l in range(cfg.num_layers):
-        for a, b in [("norm1", "input_layernorm"), ("norm2", "post_attention_layernorm"),
-                     ("self_attn.q_proj", "self_attn.q_proj"), ("self_attn.k_proj",
-                     "self_attn.k_proj"), ("self_attn.v_proj", "self_attn.v_proj"),
-                     ("self_attn.out_proj", "self_attn.o_proj"), ("mlp.gate_proj",
-                     "mlp.gate_proj"), ("mlp.up_proj", "mlp.up_proj"),
-                     ("mlp.down_proj", "mlp.down_proj")]:  # fmt: skip
-            names[f"layers.{l}.{a}.weight"] = f"model.layers.{l}.{b}.weight"
     sd = hf.state_dict()
-    ours.load_state_dict({k: sd[v] for k, v in names.items()})
+    ours.load_state_dict({k: sd[v] for k, v in hf_names(cfg).items()})
     return ours
 
 
@@ -173,6 +148,51 @@ def test_a_sink_cache_past_its_window_keeps_the_sinks_and_the_last_keys_before_r
     assert all(torch.isfinite(s).all() for s in steps)
 
 
+def test_a_sink_cache_at_text_positions_that_evicts_nothing_equals_the_kv_cache(odd):
+    _, ours = odd
+    ids = ids_of((1, 12), 101, seed=5)
+    with torch.no_grad():
+        full = ours(ids)
+        sink = ours.new_sink_cache(1, window=10, num_sinks=2, rope_positions="original")
+        steps = torch.cat([ours(ids[:, t : t + 1], sink) for t in range(12)], dim=1)
+    assert_close(steps, full, rtol=0, atol=1e-10)
+
+
+def test_the_head_on_top_of_the_hidden_states_is_the_forward(odd):
+    _, ours = odd
+    ids = ids_of((2, 9), 101, seed=12)
+    with torch.no_grad():
+        x = ours.hidden_states(ids)  # (B, N, C): the residual stream after the last block
+        assert x.shape == (2, 9, 48)
+        assert_close(ours.logits(x), ours(ids), rtol=0, atol=0)
+        assert_close(ours.logits(x[:, -1:]), ours(ids, last_only=True), rtol=0, atol=0)
+
+
+def test_qkv_is_what_a_layer_attends_with(odd):
+    """A layer's output is W_O of the attention of its qkv: the queries and keys rotated."""
+    _, ours = odd
+    attn = ours.layers[1].self_attn
+    x = torch.randn(2, 7, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(13))
+    pos = torch.arange(7)
+    with torch.no_grad():
+        q, k, v = attn.qkv(x, pos)  # (2, 6, 7, 8), (2, 2, 7, 8), (2, 2, 7, 8)
+        heads = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        expected = attn.out_proj(heads.transpose(1, 2).reshape(2, 7, 48))
+        assert_close(attn(x, pos), expected, rtol=0, atol=1e-12)
+        assert_close(k, rope(attn.project(x)[1], pos, 1000.0), rtol=0, atol=0)
+
+
+def test_a_block_takes_another_attention_module(odd):
+    _, ours = odd
+    layer = ours.layers[0]
+    block = DecoderBlock(ours.config, attention=layer.self_attn).double()
+    block.load_state_dict(layer.state_dict())
+    x = torch.randn(1, 5, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(14))
+    assert block.self_attn is layer.self_attn
+    with torch.no_grad():
+        assert_close(block(x, torch.arange(5)), layer(x, torch.arange(5)), rtol=0, atol=0)
+
+
 def test_need_weights_gives_each_layers_weights(odd):
     _, ours = odd
     ids = ids_of((2, 6), 101, seed=7)
@@ -208,98 +228,6 @@ def test_the_rope_layout_switch_keeps_the_logits(odd):
         ours.set_rope_layout(False)
         assert_close(inter, before, rtol=0, atol=1e-12)
         assert_close(ours(ids), before, rtol=0, atol=0)
-
-
-# ------------------------------------------------------------------ the loader, a tiny file
-
-
-def test_loading_a_tiny_gguf_equals_transformers_reading_it(tiny_gguf):
-    path, ref = tiny_gguf
-    ours = load_decoder(path)
-    assert ours.config.num_kv_heads == 2 and ours.config.rope_base == 500.0
-    ids = ids_of((2, 13), 100, seed=10)
-    with torch.no_grad():
-        assert_close(ours(ids), ref(ids).logits, rtol=0, atol=1e-5)
-    sd = ref.state_dict()
-    q = sd["model.layers.1.self_attn.q_proj.weight"]
-    assert_close(ours.layers[1].self_attn.q_proj.weight, q, rtol=0, atol=0)
-
-
-def test_both_rope_layouts_load_to_the_same_logits(tiny_gguf):
-    path, _ = tiny_gguf
-    half, inter = load_decoder(path), load_decoder(path, rope_interleaved=True)
-    with GGUFFile(path) as f:
-        assert_close(inter.layers[0].self_attn.k_proj.weight, f.read("blk.0.attn_k.weight"),
-                     rtol=0, atol=0)  # the file's rows, kept  # fmt: skip
-    ids = ids_of((1, 11), 100, seed=11)
-    with torch.no_grad():
-        assert_close(inter(ids), half(ids), rtol=0, atol=1e-5)
-
-
-def test_loading_fills_every_parameter_from_one_tensor(tiny_gguf):
-    path, _ = tiny_gguf
-    ours = load_decoder(path)
-    names = gguf_names(ours.config)
-    assert sorted(names.values()) == sorted(n for n, _ in ours.named_parameters())
-    with GGUFFile(path) as f:
-        assert set(names) == set(f.tensors)
-    assert ours.lm_head is None and ours.output_weight is ours.embed.weight  # tied: stored once
-
-
-# ------------------------------------------------------------------ the real model
-
-
-def test_the_real_weights_equal_transformers_exactly(smollm2, reference_model):
-    model, _ = smollm2
-    sd = reference_model.state_dict()
-    for l in (0, 17, 29):
-        pairs = [("self_attn.q_proj",) * 2, ("self_attn.k_proj",) * 2,
-                 ("mlp.down_proj",) * 2, ("norm1", "input_layernorm")]  # fmt: skip
-        for ours, theirs in pairs:
-            a = dict(model.named_parameters())[f"layers.{l}.{ours}.weight"]
-            assert_close(a, sd[f"model.layers.{l}.{theirs}.weight"], rtol=0, atol=0)
-    assert_close(model.embed.weight, sd["model.embed_tokens.weight"], rtol=0, atol=0)
-
-
-def test_config_is_read_from_the_metadata(smollm2, reference_model):
-    cfg, ref = smollm2[0].config, reference_model.config
-    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
-        ref.num_hidden_layers, ref.hidden_size, ref.num_attention_heads,
-        ref.num_key_value_heads, ref.head_dim)  # fmt: skip
-    assert cfg.intermediate_size == ref.intermediate_size and cfg.vocab_size == ref.vocab_size
-    assert cfg.rope_base == ref.rope_parameters["rope_theta"] == 100000.0
-    assert cfg.rms_norm_eps == ref.rms_norm_eps and cfg.context_length == 8192
-    assert cfg.tie_embeddings and cfg.eos_token_id == 2
-
-
-def test_the_real_logits_equal_transformers(smollm2, reference_model):
-    model, tok = smollm2
-    with torch.no_grad():
-        for text in TEXTS:
-            ids = torch.tensor([tok.encode(text)])
-            ours, ref = model(ids), reference_model(ids).logits
-            assert_close(ours, ref, rtol=0, atol=LOGIT_ATOL, msg=repr(text))
-            assert torch.equal(ours.argmax(-1), ref.argmax(-1))
-
-
-def test_the_real_model_decodes_with_the_cache_as_without(smollm2):
-    model, tok = smollm2
-    ids = torch.tensor([tok.encode(TEXTS[2])])
-    n = ids.shape[1]
-    with torch.no_grad():
-        full = model(ids)
-        cache = model.new_cache(1, n)
-        parts = [model(ids[:, : n - 4], cache)] + [model(ids[:, t : t + 1], cache) for t in
-                                                   range(n - 4, n)]  # fmt: skip
-    assert_close(torch.cat(parts, 1), full, rtol=0, atol=LOGIT_ATOL)
-
-
-def test_the_cache_costs_what_notebook_11_says(smollm2):
-    model, _ = smollm2
-    cfg = model.config.cache_config()
-    assert cache_numbers_per_token(cfg) == 2 * 3 * 64
-    cache = model.new_cache(1, 100)
-    assert cache.nbytes == cache_bytes(cfg, 100) == 30 * 2 * 3 * 64 * 100 * 4
 
 
 # ------------------------------------------------------------------ bad input
@@ -356,37 +284,3 @@ def test_other_bad_arguments(odd):
         ours(ids, attention="fast")
     with pytest.raises(ValueError, match="longer than the model's context of 64"):
         ours.new_cache(1, 65)
-
-
-def test_a_prompt_longer_than_the_real_context(smollm2):
-    model, _ = smollm2
-    with pytest.raises(ValueError, match="8193 tokens; the model's context is 8192"):
-        model(torch.zeros(1, 8193, dtype=torch.long))
-
-
-def test_missing_truncated_and_foreign_model_files(tmp_path, make_tiny_gguf):
-    from mha_lib.llm import load_smollm2
-
-    with pytest.raises(FileNotFoundError, match=r"no model file at .*requirements-model.txt"):
-        load_decoder(tmp_path / "none.gguf")
-    cut = tmp_path / "cut.gguf"
-    cut.write_bytes(find_model_file().read_bytes()[:50_000_000])
-    with pytest.raises(ValueError, match=r"has sha256 .* expected b179c952"):
-        load_smollm2(cut)
-    with pytest.raises(ValueError, match="truncated"):
-        load_smollm2(cut, expected_sha256=None)
-    make_tiny_gguf(tmp_path / "gpt.gguf", arch="gpt2")
-    with pytest.raises(ValueError, match="holds a 'gpt2' model; expected 'llama'"):
-        load_decoder(tmp_path / "gpt.gguf")
-    make_tiny_gguf(tmp_path / "gap.gguf", skip=("blk.1.ffn_up.weight",))
-    with pytest.raises(ValueError, match=r"missing \['blk.1.ffn_up.weight'\]"):
-        load_decoder(tmp_path / "gap.gguf")
-
-
-def test_an_unsupported_quantisation_type_is_refused_before_loading(tmp_path, make_tiny_gguf):
-    import numpy as np
-
-    extra = {"blk.0.ffn_up.weight": (np.zeros((96, 144), dtype=np.uint8), "RAW")}
-    make_tiny_gguf(tmp_path / "k.gguf", skip=("blk.0.ffn_up.weight",), extra=extra)
-    with pytest.raises(ValueError, match="'Q4_K' is not supported"):
-        load_decoder(tmp_path / "k.gguf")

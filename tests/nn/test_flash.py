@@ -1,4 +1,4 @@
-"""mha_lib.efficient.flash: FlashAttention in plain torch equals SDPA (with and without a
+"""mha_lib.nn.flash: FlashAttention in plain torch equals SDPA (with and without a
 mask_mod, forward and backward), skips fully masked tiles, keeps O(N) memory for backward, counts
 the bytes it moves; bad input is refused."""
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_lib.efficient import (
+from mha_lib.nn import (
     KVCache,
     TileStats,
     bottom_right_causal_mask_mod,
@@ -27,7 +27,7 @@ from mha_lib.efficient import (
     sliding_window_mask_mod,
 )
 from mha_lib.pytorch import explicit_attention
-from tests.efficient.efficient_inputs import DTYPES, TOL, qkv, randn, seeds
+from tests.nn.nn_inputs import DTYPES, TOL, qkv, randn, seeds
 
 # --- FlashAttention ------------------------------------------------------------------------------
 

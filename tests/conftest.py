@@ -1,5 +1,6 @@
-"""Fixtures of tests/llm: the real model and its reference, loaded once per test session, and tiny
-GGUF files written here.
+"""Fixtures shared by the tests (tests/nn, tests/llm, ...): the real model and its reference, loaded
+once per test session, and tiny GGUF files written here. The imports are inside the fixtures, so
+a session that uses none of them imports neither torch nor gguf for them.
 
 - `smollm2`: our (model, tokenizer), from the packaged GGUF file (about 5 s);
 - `reference_model`, `reference_tokenizer`: transformers' LlamaForCausalLM and tokenizer read
@@ -17,13 +18,9 @@ from __future__ import annotations
 
 import logging
 import warnings
+from types import SimpleNamespace
 
-import numpy as np
 import pytest
-import torch
-
-from mha_lib.llm.gguf_file import find_model_file
-from mha_lib.positions import rope_permutation
 
 TINY = {
     "vocab_size": 100,
@@ -48,6 +45,7 @@ def _quiet_transformers():
 
 def tiny_hf_model(seed: int = 0):
     """A random transformers LlamaForCausalLM of the TINY sizes (tied embedding)."""
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     _quiet_transformers()
@@ -62,8 +60,13 @@ def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra
     extra: {name: (array, qtype)} added. Returns the transformers model written.
     """
     import gguf
+    import numpy as np
+    import torch
     from gguf import GGMLQuantizationType as Q
     from gguf.quants import quantize
+
+    from mha_lib.llm.loader import gguf_names, hf_names
+    from mha_lib.positions import rope_permutation
 
     hf = tiny_hf_model() if hf is None else hf
     cfg = hf.config
@@ -97,21 +100,25 @@ def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra
         d = t.shape[0] // heads
         return t.view(heads, d, -1)[:, rope_permutation(d)].reshape(t.shape)
 
+    # our parameter names link llama.cpp's (gguf_names) and transformers' (hf_names)
+    layout = SimpleNamespace(num_layers=cfg.num_hidden_layers, tie_embeddings=True)
+    to_hf = hf_names(layout)
     g = torch.Generator().manual_seed(1)
-    put("token_embd.weight", sd["model.embed_tokens.weight"], "Q8_0")
-    put("output_norm.weight", torch.rand(cfg.hidden_size, generator=g) + 0.5, "F32")
-    h, h_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    norms = {"output_norm.weight": torch.rand(cfg.hidden_size, generator=g) + 0.5}
     for l in range(cfg.num_hidden_layers):
-        p = f"model.layers.{l}."
-        put(f"blk.{l}.attn_norm.weight", torch.rand(cfg.hidden_size, generator=g) + 0.5, "F32")
-        put(f"blk.{l}.ffn_norm.weight", torch.rand(cfg.hidden_size, generator=g) + 0.5, "F32")
-        put(f"blk.{l}.attn_q.weight", permute(sd[p + "self_attn.q_proj.weight"], h), qtype)
-        put(f"blk.{l}.attn_k.weight", permute(sd[p + "self_attn.k_proj.weight"], h_kv), qtype)
-        put(f"blk.{l}.attn_v.weight", sd[p + "self_attn.v_proj.weight"], qtype)
-        put(f"blk.{l}.attn_output.weight", sd[p + "self_attn.o_proj.weight"], qtype)
-        put(f"blk.{l}.ffn_gate.weight", sd[p + "mlp.gate_proj.weight"], qtype)
-        put(f"blk.{l}.ffn_up.weight", sd[p + "mlp.up_proj.weight"], qtype)
-        put(f"blk.{l}.ffn_down.weight", sd[p + "mlp.down_proj.weight"], qtype)
+        for name in (f"blk.{l}.attn_norm.weight", f"blk.{l}.ffn_norm.weight"):
+            norms[name] = torch.rand(cfg.hidden_size, generator=g) + 0.5
+    heads = {"attn_q": cfg.num_attention_heads, "attn_k": cfg.num_key_value_heads}
+    for theirs, ours in gguf_names(layout).items():
+        part = theirs.split(".")[-2]  # attn_q, ffn_norm, token_embd, ...
+        if theirs in norms:
+            put(theirs, norms[theirs], "F32")
+        elif theirs == "token_embd.weight":
+            put(theirs, sd[to_hf[ours]], "Q8_0")
+        elif part in heads:
+            put(theirs, permute(sd[to_hf[ours]], heads[part]), qtype)
+        else:
+            put(theirs, sd[to_hf[ours]], qtype)
     for name, (array, kind) in (extra or {}).items():  # after the skipped ones: replacements
         put(name, torch.as_tensor(array), kind, force=True)
     w.write_header_to_file()
@@ -124,6 +131,7 @@ def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra
 @pytest.fixture(scope="session")
 def tiny_gguf(tmp_path_factory):
     """(path, transformers model read from it): the tiny file and its reference."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
@@ -146,7 +154,10 @@ def smollm2():
 
 @pytest.fixture(scope="session")
 def reference_model():
+    import torch
     from transformers import AutoModelForCausalLM
+
+    from mha_lib.llm.gguf_file import find_model_file
 
     _quiet_transformers()
     path = find_model_file()
@@ -161,6 +172,8 @@ def reference_model():
 @pytest.fixture(scope="session")
 def reference_tokenizer():
     from transformers import AutoTokenizer
+
+    from mha_lib.llm.gguf_file import find_model_file
 
     _quiet_transformers()
     path = find_model_file()
@@ -186,6 +199,8 @@ def reference_run(reference_model):
     """ids -> transformers' output on them with eager attention: logits, every layer's attention
     weights (`attentions`, L x (B, h, N, N)) and residual streams (`hidden_states`, L + 1 x
     (B, N, C)). The shared reference model's attention implementation is put back afterwards."""
+
+    import torch
 
     def run(ids, **kwargs):
         old = reference_model.config._attn_implementation

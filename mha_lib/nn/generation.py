@@ -4,7 +4,7 @@ Derived in notebook 12. A causal language model gives, at the last position, log
 tokens of its vocabulary for the NEXT token. Generating repeats: pick a token from them, append
 it, run the model again. With a KV cache (notebook 08) the prompt is run once (the prefill) and
 each later step runs only the one new token against the cached keys and values; without it every
-step runs the whole sequence again. Both give the same tokens (tests/llm/test_generation.py).
+step runs the whole sequence again. Both give the same tokens (tests/nn/test_generation.py).
 
 How a token is picked from the logits z (V,):
 - greedy: argmax z (temperature 0, the default);

@@ -13,8 +13,10 @@ add to the scores or pass to SDPA as a float `attn_mask`) and
 `alibi_score_mod` (FlexAttention `score_mod`).
 
 The masks: causal for a chunk of n queries against m cached keys
-(`bottom_right_causal_mask`; `mha_lib.causal_mask` is the square case),
-sliding window, document (block-diagonal for packed sequences), prefix-LM.
+(`bottom_right_causal_mask`; `mha_lib.causal_mask` is the square case; the torch tensor
+`bottom_right_causal_tensor`, what a decoding step passes to SDPA),
+sliding window, the window with sinks (notebook 11's rolling cache, `sink_window_mask`),
+document (block-diagonal for packed sequences), prefix-LM.
 `leaks_future` tests causality by perturbing the future, with no reference.
 """
 
@@ -34,6 +36,7 @@ __all__ = [
     "alibi_slopes",
     "bottom_right_causal_mask",
     "bottom_right_causal_mask_mod",
+    "bottom_right_causal_tensor",
     "causal_mask_mod",
     "document_mask",
     "document_mask_mod",
@@ -41,6 +44,7 @@ __all__ = [
     "mask_from_mask_mod",
     "prefix_lm_mask",
     "prefix_lm_mask_mod",
+    "sink_window_mask",
     "sliding_window_mask",
     "sliding_window_mask_mod",
 ]
@@ -79,6 +83,13 @@ def bottom_right_causal_mask(n: int, m: int) -> np.ndarray:
     return np.tril(np.ones((n, m), dtype=bool), k=m - n)  # (n, m)
 
 
+def bottom_right_causal_tensor(n: int, m: int, device=None) -> Tensor:
+    """`bottom_right_causal_mask(n, m)` as a torch bool tensor (n, m) on `device`, True = may
+    attend (what SDPA takes as attn_mask): query i, the token m - n + i, sees keys 0 .. m - n + i.
+    Made by the decoding steps (`kv_cache.cached_attention`, `backends`) for each chunk."""
+    return torch.ones(n, m, dtype=torch.bool, device=device).tril(m - n)  # (n, m)
+
+
 def sliding_window_mask(N: int, window: int) -> np.ndarray:
     """(N, N) causal sliding window: query i sees keys i - window + 1 .. i (window keys)."""
     _check_int_like(N, "N", 1)
@@ -86,6 +97,14 @@ def sliding_window_mask(N: int, window: int) -> np.ndarray:
     i = np.arange(N)[:, None]  # (N, 1) query positions
     j = np.arange(N)[None, :]  # (1, N) key positions
     return (j <= i) & (i - j < window)  # (N, N)
+
+
+def sink_window_mask(N: int, window: int, num_sinks: int) -> np.ndarray:
+    """(N, N) bool: query i sees keys i - window < j <= i, and the sinks j < num_sinks, j <= i."""
+    _check_int_like(num_sinks, "num_sinks", 0)
+    j = np.arange(N)[None, :]
+    causal = np.tril(np.ones((N, N), dtype=bool))
+    return sliding_window_mask(N, window) | (causal & (j < num_sinks))
 
 
 def document_mask(doc_ids) -> np.ndarray:

@@ -1,15 +1,13 @@
-"""mha_lib.llm.generation: the filters against transformers' logits warpers, sampling against the
-distribution it samples, generation with and without the cache, stopping, and greedy decoding of
-the real model against transformers' `generate`, token for token."""
+"""mha_lib.nn.generation: the filters against transformers' logits warpers, sampling against the
+distribution it samples, generation with and without the cache, and stopping (greedy decoding of
+the real model against transformers' `generate`, token for token: tests/llm/test_loader.py)."""
 
 import pytest
 import torch
 
-from mha_lib.llm.decoder import load_decoder
-from mha_lib.llm.generation import Trace, generate, pick_next, top_k_filter, top_p_filter
+from mha_lib.llm.loader import load_decoder
+from mha_lib.nn.generation import Trace, generate, pick_next, top_k_filter, top_p_filter
 from mha_lib.testing import assert_close
-
-NEW_TOKENS = 40  # new tokens compared one by one
 
 
 def logits_of(shape, seed=0):
@@ -98,33 +96,6 @@ def test_the_default_stop_is_the_models_end_of_turn(tiny):
     assert tiny.config.eos_token_id is None  # the tiny file names none: never stops
     ids = torch.zeros(1, 3, dtype=torch.long)
     assert generate(tiny, ids, 7).shape == (1, 10)
-
-
-@pytest.mark.parametrize(
-    "prompt",
-    [
-        "The history of the printing press begins",
-        [{"role": "user", "content": "Explain what a hash table is."}],
-    ],
-    ids=["plain", "chat"],
-)
-def test_greedy_equals_transformers_token_for_token(smollm2, reference_model, prompt):
-    model, tok = smollm2
-    ids = tok.encode(prompt) if isinstance(prompt, str) else tok.encode_chat(prompt)
-    ids = torch.tensor([ids])
-    trace = Trace()
-    ours = generate(model, ids, NEW_TOKENS, stop_ids=(), trace=trace)
-    ref = reference_model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=NEW_TOKENS,
-        min_new_tokens=NEW_TOKENS,
-        do_sample=False,
-        pad_token_id=2,
-    )
-    assert ours.shape[1] - ids.shape[1] == NEW_TOKENS
-    assert ours[0].tolist() == ref[0].tolist()
-    assert min(trace.logit_margins) > 1e-3  # no near-tie: equality is not luck of the rounding
 
 
 def test_bad_arguments(tiny):

@@ -1,4 +1,4 @@
-"""Seeded random inputs shared by the tests of mha_lib.efficient (imported by them, not a test)."""
+"""Seeded random inputs shared by the tests of mha_lib.nn (imported by them, not a test)."""
 
 import torch
 from hypothesis import strategies as st

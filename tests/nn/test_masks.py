@@ -1,4 +1,4 @@
-"""mha_lib.efficient.masks: the mask zoo as boolean masks, as SDPA masks and as FlexAttention
+"""mha_lib.nn.masks: the mask zoo as boolean masks, as SDPA masks and as FlexAttention
 mask_mods and score_mods, ALiBi's slopes, and the test that catches an inverted mask."""
 
 import math
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import mha_lib
-from mha_lib.efficient import (
+from mha_lib.nn import (
     alibi_bias,
     alibi_score_mod,
     alibi_slopes,
@@ -27,7 +27,8 @@ from mha_lib.efficient import (
     sliding_window_mask,
     sliding_window_mask_mod,
 )
-from tests.efficient.efficient_inputs import qkv, randn
+from mha_lib.nn.masks import bottom_right_causal_tensor
+from tests.nn.nn_inputs import qkv, randn
 
 # --- masks ---------------------------------------------------------------------------------------
 
@@ -138,6 +139,14 @@ def test_alibi_as_sdpa_float_mask_equals_numpy_core_scores():
     scores = q.numpy() @ k.numpy().swapaxes(-1, -2) / math.sqrt(3) + bias  # (1, h, N, N)
     weights = mha_lib.softmax(np.where(keep, scores, -np.inf))
     np.testing.assert_allclose(out.numpy(), weights @ v.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_the_torch_mask_is_the_numpy_one_and_puts_the_queries_last():
+    assert bottom_right_causal_tensor(2, 4).tolist() == [[True, True, True, False], [True] * 4]
+    for n, m in ((1, 1), (3, 7), (5, 5)):
+        mask = bottom_right_causal_tensor(n, m)
+        assert mask.dtype == torch.bool
+        assert np.array_equal(mask.numpy(), bottom_right_causal_mask(n, m))
 
 
 @pytest.mark.parametrize("N, M", [(3, 7), (1, 5), (4, 4), (6, 9)])

@@ -1,0 +1,111 @@
+"""The attention functions a `DecoderLM` can run: the series' attentions, plugged into a real model.
+
+Derived in notebook 12. Inside every layer the model computes the queries, keys and values,
+rotates them (RoPE), stores them in the cache, and then calls ONE function:
+
+    attention(q, k, v) -> o,   q (B, h, n, d), k and v (B, h_kv, m, d), o (B, h, n, d)
+
+with h_kv dividing h (grouped-query attention: query head i uses key/value head i // (h/h_kv)).
+The n queries are the LAST n of the m tokens whose keys are given (n = m for a prompt without a
+cache, n = 1 for a decoding step): query i sees keys 0 .. m - n + i, the causal mask aligned to
+the bottom right (notebook 08). Any function of this form can be plugged in, by name:
+
+- "sdpa", `sdpa_attention` (`mha_lib.nn.gqa`): torch's fused `scaled_dot_product_attention`,
+  the default;
+- "eager", `eager_attention`: the definition written out, through notebook 08's
+  `grouped_query_attention`;
+- "flash", `tiled_flash_attention`: notebook 08's tiled FlashAttention loop in plain torch
+  (`mha_lib.nn.flash.flash_attention`, with the bottom-right causal `mask_mod`);
+- "triton": notebook 09's Triton kernel, a part's (`mha_lib.efficient.triton_flash`), which this
+  layer does not import: `mha_lib.llm` registers it (`register_attention`).
+`ATTENTIONS` holds them, for `DecoderLM(attention=...)`. `attention_weights(q, k)` gives the
+(B, h, n, m) weights the written-out form computes, and `RecordWeights` is an attention function
+that keeps them, one tensor per layer: how a model returns its weights (notebook 13 studies
+them) without a list passed through every layer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from .flash import flash_attention
+from .gqa import grouped_query_attention, grouped_scores, repeat_kv, sdpa_attention
+from .masks import bottom_right_causal_mask_mod, bottom_right_causal_tensor
+
+__all__ = [
+    "ATTENTIONS",
+    "RecordWeights",
+    "attention_weights",
+    "eager_attention",
+    "register_attention",
+    "resolve_attention",
+    "sdpa_attention",
+    "tiled_flash_attention",
+]
+
+AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+def attention_weights(q: Tensor, k: Tensor) -> Tensor:
+    """softmax(q kᵀ / √d) under the bottom-right causal mask: (B, h, n, m), rows sum to 1."""
+    scores = grouped_scores(q, k)  # (B, h, n, m)
+    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2], q.device)  # (n, m)
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def eager_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Notebook 08's `grouped_query_attention`, the weights written out."""
+    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2], q.device)  # (n, m)
+    return grouped_query_attention(q, k, v, mask=mask)
+
+
+class RecordWeights:
+    """The written-out attention, keeping its weights: each call appends the (B, h, n, m)
+    weights it used to `weights` (a model's layers call it in order: one tensor per layer)."""
+
+    def __init__(self) -> None:
+        self.weights: list[Tensor] = []
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        w = attention_weights(q, k)  # (B, h, n, m)
+        self.weights.append(w)
+        return w @ repeat_kv(v, q.shape[1] // k.shape[1])  # (B, h, n, d)
+
+
+def tiled_flash_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Notebook 08's tiled FlashAttention loop (blocks of 64), key/value heads repeated."""
+    g = q.shape[1] // k.shape[1]
+    mask_mod = bottom_right_causal_mask_mod(q.shape[2], k.shape[2])
+    o, _ = flash_attention(q, repeat_kv(k, g), repeat_kv(v, g), mask_mod=mask_mod)
+    return o  # (B, h, n, d)
+
+
+ATTENTIONS: dict[str, AttentionFn] = {
+    "sdpa": sdpa_attention,
+    "eager": eager_attention,
+    "flash": tiled_flash_attention,
+}  # and "triton", notebook 09's kernel, which mha_lib.llm registers (it imports triton)
+
+
+def resolve_attention(attention: str | AttentionFn) -> AttentionFn:
+    """A name of `ATTENTIONS` or a function attention(q, k, v) -> o, as a function."""
+    if isinstance(attention, str):
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention = {attention!r}; expected one of {sorted(ATTENTIONS)}")
+        return ATTENTIONS[attention]
+    if not callable(attention):
+        raise TypeError(
+            f"attention must be a name of {sorted(ATTENTIONS)} or a function "
+            f"attention(q, k, v) -> o; got {type(attention).__name__}"
+        )
+    return attention
+
+
+def register_attention(name: str, fn: AttentionFn) -> None:
+    """Make `fn`, a function attention(q, k, v) -> o of the form above, available by name."""
+    if not isinstance(name, str) or not callable(fn):
+        raise TypeError("register_attention takes a name (str) and a function attention(q, k, v)")
+    ATTENTIONS[name] = fn

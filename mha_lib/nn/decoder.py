@@ -1,0 +1,383 @@
+"""A Llama-style decoder built from the series' parts: the model notebooks 12 to 14 run.
+
+Derived in notebook 12. The architecture (Llama's, which SmolLM2 uses), for token ids (B, N):
+
+    x = embed[ids]                                        (B, N, C)
+    for each of the L layers (pre-norm, as notebook 04's `TransformerBlock(norm_first=True)`):
+        x = x + attention(RMSNorm(x))                     GQA, RoPE, KV cache
+        x = x + SwiGLU(RMSNorm(x))
+    logits = RMSNorm(x) @ embedᵀ                          (B, N, V), the embedding tied
+
+- `DecoderConfig`: the architecture's numbers (`DecoderConfig.from_gguf` reads them from a GGUF
+  file's metadata, as `mha_lib.llm.GGUFFile` opens it);
+- `RMSNorm`: x / sqrt(mean(x²) + eps) · weight, no mean subtracted, no bias (new here);
+- `SwiGLU`: down(silu(gate(x)) ∘ up(x)), C -> F -> C (new here);
+- `DecoderAttention`: notebook 08's `GroupedQueryAttention` (h query heads, h_kv key/value
+  heads, its q_proj, k_proj, v_proj, out_proj, its forward) with notebook 10's `rope` as the
+  rotation of its queries and keys;
+- `DecoderBlock`, `DecoderLM`.
+The weights come from a file through `mha_lib.llm.loader` (`load_decoder`, `load_smollm2`).
+
+The seams, so that what builds on the model adds to it and never writes its loop again:
+- `DecoderLM.hidden_states(ids, cache)` is the one loop over the layers, `logits(x)` the head on
+  top of it, and `forward` the two;
+- the attention inside every layer is a function attention(q, k, v) -> o (`mha_lib.nn.backends`),
+  by name or given per call: the weights notebook 13 studies are recorded by one such function
+  (`model(ids, need_weights=True)` -> (logits, weights)); `head_mask` (L, h) scales each head's
+  output (0 removes it);
+- a cache is one entry per layer (`mha_lib.nn.kv_cache.DecoderCache`), each made by its layer's
+  attention, and each entry decides which keys its queries see and where RoPE turns them: a
+  `KVCache` rotates at the text positions, notebook 11's `SinkKVCache` at the places in the
+  cache (StreamingLLM) or at the text positions (`model.new_sink_cache(..., rope_positions=)`);
+- `DecoderAttention.qkv(x, positions)` gives one layer's rotated queries, keys and values, for
+  the measures; `DecoderBlock(config, attention=...)` takes another attention module (notebook
+  14's ranks give each block their share of the heads).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..positions import rope, rope_permutation
+from .backends import AttentionFn, RecordWeights, resolve_attention
+from .gqa import GroupedQueryAttention
+from .kv_cache import DecoderCache
+
+__all__ = [
+    "DecoderAttention",
+    "DecoderBlock",
+    "DecoderConfig",
+    "DecoderLM",
+    "RMSNorm",
+    "SwiGLU",
+]
+
+
+# ---------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """The numbers of a Llama-style decoder (notebook 00's notation in the comments)."""
+
+    vocab_size: int  # V
+    hidden_size: int  # C
+    num_layers: int  # L
+    num_heads: int  # h
+    num_kv_heads: int  # h_kv
+    head_dim: int  # d = d_k = d_v
+    intermediate_size: int  # F, the SwiGLU's width
+    rope_base: float
+    rms_norm_eps: float
+    context_length: int
+    tie_embeddings: bool = True
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+
+    @classmethod
+    def from_gguf(cls, f) -> DecoderConfig:
+        """Read every number from the file's metadata (`{arch}.block_count`, ...)."""
+        arch = f.value("general.architecture")
+        if arch != "llama":
+            raise ValueError(
+                f"{f.path.name} holds a {arch!r} model; expected 'llama' (Llama, SmolLM2)"
+            )
+        C = int(f.value("llama.embedding_length"))
+        h = int(f.value("llama.attention.head_count"))
+        d = C // h
+        rope_dim = int(f.value("llama.rope.dimension_count"))
+        if rope_dim != d:
+            raise ValueError(
+                f"llama.rope.dimension_count = {rope_dim}; expected the head dimension {d} "
+                "(partial rotary embeddings are not supported here)"
+            )
+        keys = f.keys()
+        vocab = (
+            int(f.value("llama.vocab_size"))
+            if "llama.vocab_size" in keys
+            else len(f.value("tokenizer.ggml.tokens"))
+        )
+        return cls(
+            vocab_size=vocab,
+            hidden_size=C,
+            num_layers=int(f.value("llama.block_count")),
+            num_heads=h,
+            num_kv_heads=int(f.value("llama.attention.head_count_kv")),
+            head_dim=d,
+            intermediate_size=int(f.value("llama.feed_forward_length")),
+            rope_base=float(f.value("llama.rope.freq_base")),
+            rms_norm_eps=float(f.value("llama.attention.layer_norm_rms_epsilon")),
+            context_length=int(f.value("llama.context_length")),
+            tie_embeddings="output.weight" not in f.tensors,
+            bos_token_id=_optional_int(f, "tokenizer.ggml.bos_token_id", keys),
+            eos_token_id=_optional_int(f, "tokenizer.ggml.eos_token_id", keys),
+        )
+
+
+def _optional_int(f, key: str, keys: list[str]) -> int | None:
+    return int(f.value(key)) if key in keys else None
+
+
+# ---------------------------------------------------------------------------- the parts
+
+
+class RMSNorm(nn.Module):
+    """x / sqrt(mean(x²) + eps) · weight over the last axis (Zhang and Sennrich, 2019)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))  # (C,)
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., 1)
+        return self.weight * (x * rms)
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate(x)) ∘ up(x)): a gated feed-forward network (Shazeer, 2020), C -> F -> C."""
+
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=False)  # (C -> F)
+        self.up_proj = nn.Linear(dim, hidden, bias=False)  # (C -> F)
+        self.down_proj = nn.Linear(hidden, dim, bias=False)  # (F -> C)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderAttention(GroupedQueryAttention):
+    """Notebook 08's grouped-query attention with notebook 10's RoPE on the queries and keys.
+
+    Its forward is `GroupedQueryAttention.forward`, causal: forward(x (B, n, C), positions (n,),
+    cache=None, attention=None, head_mask=None) -> (B, n, C). x holds n new tokens at
+    `positions`; a cache (`KVCache`, or `SinkKVCache` one token at a time) stores their keys and
+    values and decides where each is rotated; without one, the n tokens attend causally among
+    themselves. `rotate` is RoPE, with the model's base and layout; `qkv(x, positions)` gives
+    the rotated q, k and v, for the measures.
+    """
+
+    causal = True
+
+    def __init__(self, config: DecoderConfig, rope_interleaved: bool = False) -> None:
+        C, h, h_kv = config.hidden_size, config.num_heads, config.num_kv_heads
+        super().__init__(C, h, h_kv, bias=False, head_dim=config.head_dim)
+        self.rope_base = config.rope_base
+        self.rope_interleaved = rope_interleaved
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """RoPE (notebook 10): x (B, heads, n, d) turned by its positions (n,)."""
+        return rope(x, positions, self.rope_base, interleaved=self.rope_interleaved)
+
+
+class DecoderBlock(nn.Module):
+    """One pre-norm layer: x + attention(norm1(x)), then + mlp(norm2(x)) (notebook 04's form).
+
+    attention: the layer's attention module (default: a `DecoderAttention` of the config's
+    sizes); notebook 14's ranks give each block their own share of the heads.
+    """
+
+    def __init__(
+        self,
+        config: DecoderConfig,
+        rope_interleaved: bool = False,
+        attention: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        self.norm1 = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = (
+            DecoderAttention(config, rope_interleaved) if attention is None else attention
+        )
+        self.norm2 = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
+
+    def forward(self, x: Tensor, positions: Tensor, cache=None, attention=None,
+                head_mask=None) -> Tensor:  # fmt: skip
+        x = x + self.self_attn(self.norm1(x), positions, cache, attention, head_mask)
+        return x + self.mlp(self.norm2(x))  # (B, n, C)
+
+
+# ---------------------------------------------------------------------------- the model
+
+
+class DecoderLM(nn.Module):
+    """A Llama-style causal language model: embedding, L pre-norm blocks, norm, tied head.
+
+    hidden_states(input_ids (B, n), cache=None, *, attention=None, head_mask=None) -> (B, n, C):
+    the residual stream after the last block, the model's one loop over its layers; logits(x)
+    -> (B, n, V): the head on top of it, the final RMSNorm and the output projection.
+    forward(input_ids, cache=None, *, attention=None, head_mask=None, need_weights=False,
+    last_only=False) -> logits (B, n, V), or (logits, weights) with need_weights, weights a list
+    of L tensors (B, h, n, m), recorded by the attention function (`backends.RecordWeights`).
+    Without a cache, the n tokens are positions 0 .. n - 1; with one, they follow the tokens it
+    has seen. attention: a name of `backends.ATTENTIONS` or a function attention(q, k, v) -> o;
+    by default the model's (`self.attention`, set at construction). head_mask (L, h): each
+    head's output is scaled by its entry (0 ablates it). last_only: the logits of the last token
+    only (B, 1, V). `new_cache` and `new_sink_cache` make a `DecoderCache` whose entries each
+    layer's attention makes for itself.
+    """
+
+    def __init__(
+        self,
+        config: DecoderConfig,
+        attention: str | AttentionFn = "sdpa",
+        rope_interleaved: bool = False,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.attention = resolve_attention(attention)
+        self.rope_interleaved = rope_interleaved
+        embed = torch.empty(config.vocab_size, config.hidden_size)  # (V, C)
+        if embed.device.type != "meta":  # (on the meta device, initialising loads sympy)
+            nn.init.normal_(embed)  # nn.Embedding's own initialisation
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size, _weight=embed)
+        self.layers = nn.ModuleList(
+            DecoderBlock(config, rope_interleaved) for _ in range(config.num_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        # tied: the output projection IS the embedding matrix (stored once)
+        self.lm_head = (
+            None
+            if config.tie_embeddings
+            else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        )
+
+    @property
+    def output_weight(self) -> Tensor:
+        """(V, C): the embedding itself when tied."""
+        return self.embed.weight if self.lm_head is None else self.lm_head.weight
+
+    def set_rope_layout(self, interleaved: bool) -> None:
+        """Move every layer's rows of W_Q and W_K to the other RoPE layout, in place.
+
+        interleaved=True: each head's rows as the GGUF file stores them, pairs (2i, 2i + 1);
+        False: transformers' half-split pairs (i, i + d/2). The logits do not change.
+        """
+        if not isinstance(interleaved, bool):
+            raise TypeError(f"interleaved must be a bool; got {type(interleaved).__name__}")
+        if interleaved == self.rope_interleaved:
+            return
+        perm = rope_permutation(self.config.head_dim)  # half-split row perm[j] -> GGUF row j
+        order = perm if interleaved else torch.argsort(perm)
+        d = self.config.head_dim
+        with torch.no_grad():
+            for layer in self.layers:
+                attn = layer.self_attn
+                for proj in (attn.q_proj, attn.k_proj):
+                    w = proj.weight  # (heads·d, C)
+                    w.copy_(w.view(-1, d, w.shape[1])[:, order].reshape(w.shape))
+                attn.rope_interleaved = interleaved
+        self.rope_interleaved = interleaved
+
+    def new_cache(self, batch_size: int, max_len: int) -> DecoderCache:
+        """An empty KVCache per layer, for max_len tokens (prompt and generated)."""
+        if isinstance(max_len, int) and max_len > self.config.context_length:
+            raise ValueError(
+                f"max_len = {max_len} is longer than the model's context of "
+                f"{self.config.context_length} tokens"
+            )
+        return DecoderCache(
+            [layer.self_attn.new_cache(batch_size, max_len) for layer in self.layers]
+        )
+
+    def new_sink_cache(self, batch_size: int, window: int, num_sinks: int = 4,
+                       rope_positions: str = "cache") -> DecoderCache:  # fmt: skip
+        """A rolling SinkKVCache per layer: the first num_sinks tokens and the last window, the
+        keys rotated at their places in the cache (StreamingLLM) or, with
+        rope_positions="original", at their positions in the text."""
+        return DecoderCache([
+            layer.self_attn.new_sink_cache(batch_size, window, num_sinks, rope_positions)
+            for layer in self.layers
+        ])  # fmt: skip
+
+    def hidden_states(
+        self,
+        input_ids: Tensor,
+        cache: DecoderCache | None = None,
+        *,
+        attention: str | AttentionFn | None = None,
+        head_mask: Tensor | None = None,
+    ) -> Tensor:
+        """input_ids (B, n) -> (B, n, C): the residual stream after the last block."""
+        self._check(input_ids, cache, head_mask)
+        n = input_ids.shape[1]
+        start = 0 if cache is None else cache.length
+        positions = torch.arange(start, start + n, device=input_ids.device)  # (n,)
+        fn = self.attention if attention is None else resolve_attention(attention)
+        x = self.embed(input_ids)  # (B, n, C)
+        for l, layer in enumerate(self.layers):
+            layer_cache = None if cache is None else cache.layers[l]
+            mask = None if head_mask is None else head_mask[l]
+            x = layer(x, positions, layer_cache, fn, mask)
+        return x  # (B, n, C)
+
+    def logits(self, x: Tensor) -> Tensor:
+        """The head: the residual stream x (B, n, C) -> logits (B, n, V)."""
+        return F.linear(self.norm(x), self.output_weight)  # (B, n, V)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        cache: DecoderCache | None = None,
+        *,
+        attention: str | AttentionFn | None = None,
+        head_mask: Tensor | None = None,
+        need_weights: bool = False,
+        last_only: bool = False,
+    ) -> Tensor | tuple[Tensor, list[Tensor]]:
+        recorder = RecordWeights() if need_weights else None  # written out, the weights kept
+        x = self.hidden_states(input_ids, cache, attention=recorder or attention,
+                               head_mask=head_mask)  # fmt: skip
+        if last_only:
+            x = x[:, -1:]  # (B, 1, C)
+        logits = self.logits(x)  # (B, n, V)
+        return (logits, recorder.weights) if need_weights else logits
+
+    def _check(self, ids, cache, head_mask) -> None:
+        """Raise, naming the argument, before anything (the cache above all) is changed."""
+        cfg = self.config
+        if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point():
+            got = (
+                f"a {ids.dtype} tensor of shape {tuple(ids.shape)}"
+                if isinstance(ids, Tensor)
+                else type(ids).__name__
+            )
+            raise TypeError(f"input_ids is {got}; expected an integer tensor (B, n)")
+        if ids.dtype == torch.bool or ids.shape[1] < 1:
+            raise ValueError(f"input_ids has shape {tuple(ids.shape)}; expected (B, n), n >= 1")
+        bad = (ids < 0) | (ids >= cfg.vocab_size)
+        if bad.any():
+            where = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(
+                f"input_ids holds {int(ids[where])} at {where}; expected token ids in "
+                f"[0, {cfg.vocab_size})"
+            )
+        n = ids.shape[1]
+        if cache is None:
+            if n > cfg.context_length:
+                raise ValueError(
+                    f"input_ids has {n} tokens; the model's context is {cfg.context_length}"
+                )
+        else:
+            if not isinstance(cache, DecoderCache) or len(cache.layers) != cfg.num_layers:
+                raise TypeError(
+                    f"cache must be a DecoderCache of {cfg.num_layers} layers "
+                    "(model.new_cache or model.new_sink_cache)"
+                )
+            end = cache.length + n
+            if not cache.rolling and end > cfg.context_length:
+                raise ValueError(
+                    f"{cache.length} cached + {n} new tokens = {end} is longer than the "
+                    f"model's context of {cfg.context_length} tokens"
+                )
+            cache.check(ids.shape[0], n)  # the batch, and the room in every layer's cache
+        if head_mask is not None:
+            shape = (cfg.num_layers, cfg.num_heads)
+            if not isinstance(head_mask, Tensor) or tuple(head_mask.shape) != shape:
+                got = tuple(head_mask.shape) if isinstance(head_mask, Tensor) else head_mask
+                raise ValueError(f"head_mask has shape {got}; expected (L, h) = {shape}")

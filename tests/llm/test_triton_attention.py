@@ -1,0 +1,70 @@
+"""mha_lib.llm.triton_attention: notebook 09's kernel as the decoder's attention equals SDPA with
+the bottom-right causal mask, and the series' FlashAttentions (notebook 08's loop, notebook 09's
+kernel) run inside the real model with its logits.
+
+Tolerances: float32. On random inputs the kernel's output is within 1e-5 of SDPA's. Inside the real
+model the logits with `flash` and `triton` differ from SDPA's by at most about 1e-4 (measured), and
+the tests allow 1e-3, as tests/llm/test_loader.py does against transformers.
+"""
+
+import importlib.util
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mha_lib.llm.triton_attention import triton_flash_attention
+from mha_lib.nn.backends import ATTENTIONS
+from mha_lib.nn.gqa import repeat_kv
+from mha_lib.nn.masks import bottom_right_causal_tensor
+from mha_lib.testing import assert_close
+
+HAS_TRITON = importlib.util.find_spec("triton") is not None
+if HAS_TRITON:  # chosen before anything else imports triton (transformers can, in other tests):
+    import mha_lib.efficient.triton_flash  # noqa: F401  it picks the interpreter on a CPU
+SHAPES = [(7, 7), (3, 11), (1, 9)]  # (n, m): a prompt, a chunk against a cache, one token
+
+
+def qkv(n, m, dtype=torch.float32, seed=0, h=6, h_kv=2, d=16):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, h, n, d, generator=g, dtype=dtype)
+    k = torch.randn(2, h_kv, m, d, generator=g, dtype=dtype)
+    v = torch.randn(2, h_kv, m, d, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def reference(q, k, v):
+    """SDPA on repeated key/value heads with the explicit bottom-right mask."""
+    g = q.shape[1] // k.shape[1]
+    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2])
+    return F.scaled_dot_product_attention(q, repeat_kv(k, g), repeat_kv(v, g), attn_mask=mask)
+
+
+def test_the_llm_package_registers_the_kernel_by_name():
+    assert ATTENTIONS["triton"] is triton_flash_attention
+
+
+@pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (Linux x86_64 only)")
+@pytest.mark.parametrize(("n", "m"), SHAPES)
+def test_the_triton_kernel_equals_masked_sdpa(n, m):
+    q, k, v = qkv(n, m)
+    assert_close(triton_flash_attention(q, k, v), reference(q, k, v), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["flash", "triton"])
+def test_the_series_attentions_inside_the_real_model(smollm2, name):
+    if name == "triton" and not HAS_TRITON:
+        pytest.skip("triton is not installed (Linux x86_64 only)")
+    model, tok = smollm2
+    ids = torch.tensor([tok.encode("Attention is all you")])  # short: the interpreter is slow
+    with torch.no_grad():
+        ref = model(ids)
+        ours = model(ids, attention=name)
+        if name == "flash":  # and a cached step (the interpreter is too slow for two runs)
+            cache = model.new_cache(1, ids.shape[1] + 1)
+            model(ids, cache, attention=name)
+            step = model(torch.tensor([[ref[0, -1].argmax()]]), cache, attention=name)
+            full = model(torch.cat([ids, ref[:, -1:].argmax(-1)], 1))
+            assert_close(step[:, -1], full[:, -1], rtol=0, atol=1e-3)
+    assert_close(ours, ref, rtol=0, atol=1e-3)
+    assert torch.equal(ours.argmax(-1), ref.argmax(-1))

@@ -1,0 +1,90 @@
+"""mha_lib.nn.backends: every attention function equals SDPA with the bottom-right causal mask,
+on random q, k, v with grouped heads (a prompt, a chunk against a cache, one token). Notebook 09's
+kernel, and both FlashAttentions inside the real model: tests/llm/test_triton_attention.py.
+
+Tolerance: float64 on random inputs, 1e-12 (the same sums in another order; notebook 08's loop
+rescales a running sum tile by tile).
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from mha_lib.nn.backends import (
+    ATTENTIONS,
+    RecordWeights,
+    attention_weights,
+    eager_attention,
+    register_attention,
+    resolve_attention,
+    sdpa_attention,
+    tiled_flash_attention,
+)
+from mha_lib.nn.gqa import repeat_kv
+from mha_lib.nn.masks import bottom_right_causal_tensor
+from mha_lib.testing import assert_close
+
+SHAPES = [(7, 7), (3, 11), (1, 9)]  # (n, m): a prompt, a chunk against a cache, one token
+
+
+def qkv(n, m, dtype=torch.float64, seed=0, h=6, h_kv=2, d=16):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, h, n, d, generator=g, dtype=dtype)
+    k = torch.randn(2, h_kv, m, d, generator=g, dtype=dtype)
+    v = torch.randn(2, h_kv, m, d, generator=g, dtype=dtype)
+    return q, k, v
+
+
+def reference(q, k, v):
+    """SDPA on repeated key/value heads with the explicit bottom-right mask."""
+    g = q.shape[1] // k.shape[1]
+    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2])
+    return F.scaled_dot_product_attention(q, repeat_kv(k, g), repeat_kv(v, g), attn_mask=mask)
+
+
+@pytest.mark.parametrize(("n", "m"), SHAPES)
+@pytest.mark.parametrize("fn", [sdpa_attention, eager_attention, tiled_flash_attention])
+def test_each_attention_equals_masked_sdpa(fn, n, m):
+    q, k, v = qkv(n, m)
+    assert_close(fn(q, k, v), reference(q, k, v), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("n", "m"), SHAPES)
+def test_the_weights_are_a_causal_softmax(n, m):
+    q, k, v = qkv(n, m, seed=1)
+    w = attention_weights(q, k)  # (B, h, n, m)
+    assert w.shape == (2, 6, n, m)
+    assert_close(w.sum(-1), torch.ones(2, 6, n, dtype=torch.float64))
+    assert (w.masked_select(~bottom_right_causal_tensor(n, m)) == 0).all()
+    assert_close(w @ repeat_kv(v, 3), reference(q, k, v), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("n", "m"), SHAPES)
+def test_recording_the_weights_attends_as_the_written_out_form(n, m):
+    q, k, v = qkv(n, m, seed=2)
+    record = RecordWeights()
+    out = [record(q, k, v), record(q[:, :, -1:], k, v)]  # two calls, as two layers would
+    assert_close(out[0], eager_attention(q, k, v), rtol=0, atol=1e-12)
+    assert len(record.weights) == 2
+    assert_close(record.weights[0], attention_weights(q, k), rtol=0, atol=0)
+    assert_close(out[1], reference(q[:, :, -1:], k, v), rtol=0, atol=1e-12)
+
+
+def test_a_registered_function_is_found_by_name():
+    register_attention("test-sdpa", sdpa_attention)
+    try:
+        assert resolve_attention("test-sdpa") is sdpa_attention
+    finally:
+        del ATTENTIONS["test-sdpa"]
+    with pytest.raises(TypeError, match=r"a name \(str\) and a function"):
+        register_attention("x", 3)
+
+
+def test_names_and_bad_names():
+    assert {"sdpa", "eager", "flash"} <= set(
+        ATTENTIONS
+    )  # and "triton", once mha_lib.llm is imported
+    assert resolve_attention("eager") is eager_attention
+    assert resolve_attention(sdpa_attention) is sdpa_attention
+    with pytest.raises(TypeError, match="attention must be a name of"):
+        resolve_attention(3)

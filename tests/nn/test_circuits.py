@@ -1,0 +1,64 @@
+"""mha_lib.nn.circuits: stripe scores on hand-made patterns and as the toy's head scores, and the
+circuits of one head, of a MultiHeadAttention and of a grouped-query layer (the key and value of
+its group). The composition scores are tested with notebook 06's toy (tests/toy/test_circuits.py)
+and with SmolLM2 (tests/llm/test_induction.py)."""
+
+import pytest
+import torch
+
+from mha_lib.nn.circuits import head_weights, ov_circuit, qk_circuit, stripe_score
+from mha_lib.nn.gqa import GroupedQueryAttention
+from mha_lib.pytorch import MultiHeadAttention
+from mha_lib.testing import assert_close
+from mha_lib.toy.circuits import duplicate_token_score, induction_score, previous_token_score
+
+
+def test_a_stripe_is_the_mean_weight_t_minus_offset_back():
+    N = 10
+    A = torch.rand(3, 2, 4, N, N, generator=torch.Generator().manual_seed(0))  # (L, B, h, N, N)
+    for offset, start in ((0, 0), (1, 1), (4, 5), (3, 9)):
+        t = torch.arange(start, N)
+        expected = A[..., t, t - offset].mean(dim=(1, 3))  # (L, h)
+        assert_close(stripe_score(A, offset, start), expected, rtol=0, atol=1e-6)
+        per = stripe_score(A, offset, start, per_sequence=True)  # (B, L, h)
+        assert_close(per, A[..., t, t - offset].mean(-1).permute(1, 0, 2), rtol=0, atol=1e-6)
+    assert_close(stripe_score(list(A), 1, 1), stripe_score(A, 1, 1), rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"expected \(L, B, h, N, N\)"):
+        stripe_score(A[0], 1, 1)
+
+
+def test_the_toys_head_scores_are_stripes_of_the_second_copy():
+    T, N = 4, 11  # the block repeated, then 3 tokens more
+    A = torch.rand(2, 3, N, N, generator=torch.Generator().manual_seed(1))  # (B, h, N, N)
+    block = A[None, :, :, : 2 * T, : 2 * T]  # (1, B, h, 2T, 2T)
+    assert_close(previous_token_score(A), stripe_score(A[None], 1, 1)[0], rtol=0, atol=1e-6)
+    assert_close(induction_score(A, T), stripe_score(block, T - 1, T)[0], rtol=0, atol=1e-6)
+    assert_close(duplicate_token_score(A, T), stripe_score(block, T, T)[0], rtol=0, atol=1e-6)
+    assert previous_token_score(A[0, 0]).shape == ()  # one (N, N) matrix: a scalar
+
+
+def test_a_grouped_heads_circuits_use_its_groups_key_and_value():
+    torch.manual_seed(0)
+    gqa = GroupedQueryAttention(12, 4, 2, head_dim=5).double()  # 2 query heads per group
+    for head in range(4):
+        W_q, W_k, W_v, W_o = head_weights(gqa, head)  # (12, 5) x 3, (5, 12)
+        q, kv = slice(5 * head, 5 * head + 5), slice(5 * (head // 2), 5 * (head // 2) + 5)
+        assert_close(W_q, gqa.q_proj.weight[q].T.detach(), rtol=0, atol=0)
+        assert_close(W_k, gqa.k_proj.weight[kv].T.detach(), rtol=0, atol=0)
+        assert_close(W_v, gqa.v_proj.weight[kv].T.detach(), rtol=0, atol=0)
+        assert_close(W_o, gqa.out_proj.weight[:, q].T.detach(), rtol=0, atol=0)
+        assert_close(qk_circuit(gqa, head), W_q @ W_k.T, rtol=0, atol=0)
+        assert_close(ov_circuit(gqa, head), W_v @ W_o, rtol=0, atol=0)
+
+
+def test_a_multi_head_attentions_heads_are_its_packed_blocks():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(8, 2, bias=False).double()
+    same = GroupedQueryAttention.from_mha(mha)
+    for head in range(2):
+        for ours, theirs in zip(head_weights(mha, head), head_weights(same, head)):
+            assert_close(ours, theirs, rtol=0, atol=0)
+    with pytest.raises(ValueError, match=r"head = 2; expected an int in \[0, 2\)"):
+        head_weights(mha, 2)
+    with pytest.raises(TypeError, match="MultiHeadAttention with a packed in_proj_weight"):
+        head_weights(MultiHeadAttention(8, 2, kdim=4), 0)
