@@ -101,7 +101,7 @@ def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra
         return t.view(heads, d, -1)[:, rope_permutation(d)].reshape(t.shape)
 
     # our parameter names link llama.cpp's (gguf_names) and transformers' (hf_names)
-    layout = SimpleNamespace(num_layers=cfg.num_hidden_layers, tie_embeddings=True)
+    layout = SimpleNamespace(num_layers=cfg.num_hidden_layers, tie_embeddings=True, qk_norm=False)
     to_hf = hf_names(layout)
     g = torch.Generator().manual_seed(1)
     norms = {"output_norm.weight": torch.rand(cfg.hidden_size, generator=g) + 0.5}

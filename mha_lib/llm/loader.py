@@ -75,6 +75,11 @@ def hf_names(config: DecoderConfig) -> dict[str, str]:
     for l in range(config.num_layers):
         for _, ours, theirs in _LAYER:
             names[f"layers.{l}.{ours}.weight"] = f"model.layers.{l}.{theirs}.weight"
+        if config.qk_norm:  # Qwen3's names
+            for norm in ("q_norm", "k_norm"):
+                names[f"layers.{l}.self_attn.{norm}.weight"] = (
+                    f"model.layers.{l}.self_attn.{norm}.weight"
+                )
     return names
 
 

@@ -77,6 +77,8 @@ class DecoderConfig:
     tie_embeddings: bool = True
     bos_token_id: int | None = None
     eos_token_id: int | None = None
+    qk_norm: bool = False  # an RMSNorm over each head's q and k before RoPE (Qwen3, Gemma 3)
+    rope_dim: int | None = None  # RoPE on the first rope_dim of each head's d (None: all d)
 
     @classmethod
     def from_gguf(cls, f) -> DecoderConfig:
@@ -160,6 +162,12 @@ class DecoderAttention(GroupedQueryAttention):
     values and decides where each is rotated; without one, the n tokens attend causally among
     themselves. `rotate` is RoPE, with the model's base and layout; `qkv(x, positions)` gives
     the rotated q, k and v, for the measures.
+
+    Two options of later models, from the config: `qk_norm` gives each head's queries and keys
+    an RMSNorm of their own over d (`q_norm`, `k_norm`, weights shared by the heads) before
+    RoPE, so a score's size no longer grows with the size of x (Qwen3, Gemma 3); `rope_dim`
+    turns only the first rope_dim numbers of each head and passes the rest as they are
+    (partial rotary: Qwen3.5's full-attention layers).
     """
 
     causal = True
@@ -169,10 +177,29 @@ class DecoderAttention(GroupedQueryAttention):
         super().__init__(C, h, h_kv, bias=False, head_dim=config.head_dim)
         self.rope_base = config.rope_base
         self.rope_interleaved = rope_interleaved
+        self.rope_dim = config.head_dim if config.rope_dim is None else config.rope_dim
+        if config.qk_norm:
+            self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)  # (d,)
+            self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)  # (d,)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, n, C) -> q (B, h, n, d), k, v (B, h_kv, n, d), q and k normalised per head when
+        the config asks for QK-norm."""
+        q, k, v = super().project(x)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # over each head's d
+        return q, k, v
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """RoPE (notebook 10): x (B, heads, n, d) turned by its positions (n,)."""
-        return rope(x, positions, self.rope_base, interleaved=self.rope_interleaved)
+        """RoPE (notebook 10): x (B, heads, n, d) turned by its positions (n,); with a partial
+        rotary, only its first rope_dim numbers."""
+        if self.rope_dim == x.shape[-1]:
+            return rope(x, positions, self.rope_base, interleaved=self.rope_interleaved)
+        turned = rope(x[..., : self.rope_dim], positions, self.rope_base,
+                      interleaved=self.rope_interleaved)  # fmt: skip
+        return torch.cat([turned, x[..., self.rope_dim :]], dim=-1)  # (B, heads, n, d)
 
 
 class DecoderBlock(nn.Module):
@@ -256,12 +283,18 @@ class DecoderLM(nn.Module):
         """Move every layer's rows of W_Q and W_K to the other RoPE layout, in place.
 
         interleaved=True: each head's rows as the GGUF file stores them, pairs (2i, 2i + 1);
-        False: transformers' half-split pairs (i, i + d/2). The logits do not change.
+        False: transformers' half-split pairs (i, i + d/2). The logits do not change. With
+        QK-norm, its weights over d move with the rows.
         """
         if not isinstance(interleaved, bool):
             raise TypeError(f"interleaved must be a bool; got {type(interleaved).__name__}")
         if interleaved == self.rope_interleaved:
             return
+        if self.config.rope_dim not in (None, self.config.head_dim):
+            raise ValueError(
+                f"rope_dim = {self.config.rope_dim} < head_dim = {self.config.head_dim}: the "
+                "layout switch moves whole heads' rows and supports RoPE on all of d only"
+            )
         perm = rope_permutation(self.config.head_dim)  # half-split row perm[j] -> GGUF row j
         order = perm if interleaved else torch.argsort(perm)
         d = self.config.head_dim
@@ -271,6 +304,9 @@ class DecoderLM(nn.Module):
                 for proj in (attn.q_proj, attn.k_proj):
                     w = proj.weight  # (heads·d, C)
                     w.copy_(w.view(-1, d, w.shape[1])[:, order].reshape(w.shape))
+                for norm in (attn.q_norm, attn.k_norm):
+                    if norm is not None:
+                        norm.weight.copy_(norm.weight[order])  # (d,)
                 attn.rope_interleaved = interleaved
         self.rope_interleaved = interleaved
 

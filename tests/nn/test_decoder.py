@@ -284,3 +284,68 @@ def test_other_bad_arguments(odd):
         ours(ids, attention="fast")
     with pytest.raises(ValueError, match="longer than the model's context of 64"):
         ours.new_cache(1, 65)
+
+
+# ------------------------------------------------------------------ QK-norm and partial RoPE
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    """A random transformers Qwen3 (QK-norm; head_dim 12 is not C/h = 8), float64, and ours."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(1)
+    cfg = Qwen3Config(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
+                      num_attention_heads=6, num_key_value_heads=3, head_dim=12,
+                      max_position_embeddings=64, rope_theta=5000.0, rms_norm_eps=1e-6,
+                      tie_word_embeddings=True)  # fmt: skip
+    hf = Qwen3ForCausalLM(cfg).double().eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    c = hf.config
+    ours = DecoderLM(DecoderConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
+        intermediate_size=c.intermediate_size, rope_base=float(c.rope_parameters["rope_theta"]),
+        rms_norm_eps=c.rms_norm_eps, context_length=c.max_position_embeddings, qk_norm=True,
+    )).double().eval()  # fmt: skip
+    sd = hf.state_dict()
+    ours.load_state_dict({k: sd[v] for k, v in hf_names(ours.config).items()})
+    return hf, ours
+
+
+def test_qk_norm_equals_transformers_qwen3(qwen3):
+    hf, ours = qwen3
+    ids = ids_of((2, 11), 97, seed=4)
+    with torch.no_grad():
+        assert_close(ours(ids), hf(ids).logits, rtol=0, atol=RAND_ATOL)
+    q, k, _ = ours.layers[0].self_attn.project(torch.randn(1, 3, 48, dtype=torch.float64))
+    rms = q.pow(2).mean(-1).sqrt() / ours.layers[0].self_attn.q_norm.weight.pow(2).mean().sqrt()
+    assert q.shape == (1, 6, 3, 12) and k.shape == (1, 3, 3, 12) and rms.max() < 2
+
+
+def test_the_rope_layout_switch_moves_the_qk_norm_weights_too(qwen3):
+    _, ours = qwen3
+    ids = ids_of((1, 9), 97, seed=5)
+    with torch.no_grad():
+        before = ours(ids)
+        ours.set_rope_layout(True)
+        after = ours(ids)
+        ours.set_rope_layout(False)
+    assert_close(after, before, rtol=0, atol=1e-10)
+
+
+def test_partial_rope_turns_the_first_rope_dim_numbers_only():
+    cfg = DecoderConfig(vocab_size=11, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+                        head_dim=8, intermediate_size=8, rope_base=100.0, rms_norm_eps=1e-6,
+                        context_length=32, rope_dim=4)  # fmt: skip
+    attn = DecoderLM(cfg).double().layers[0].self_attn
+    x = torch.randn(1, 2, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    pos = torch.arange(3, 8)
+    out = attn.rotate(x, pos)
+    assert_close(out[..., :4], rope(x[..., :4], pos, 100.0), rtol=0, atol=0)
+    assert_close(out[..., 4:], x[..., 4:], rtol=0, atol=0)
+    with pytest.raises(ValueError, match="rope_dim = 4"):
+        DecoderLM(cfg).set_rope_layout(True)
