@@ -21,6 +21,7 @@ Notation: q, k (B, h, N, d_k), v (B, h, N, d_v); g (B, h, N) log-decays ≤ 0; b
 write strengths in [0, 1]; the state S (B, h, d_k, d_v), read as o_t = S_tᵀ q_t / √d_k.
 """
 
+from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache, GatedRMSNorm, l2_normalize
 from .update_rules import (
     delta_rule,
     gated_delta_recurrence,
@@ -31,10 +32,14 @@ from .update_rules import (
 )
 
 __all__ = [
+    "GatedDeltaNet",
+    "GatedDeltaNetCache",
+    "GatedRMSNorm",
     "delta_rule",
     "gated_delta_recurrence",
     "gated_delta_rule",
     "gated_delta_step",
+    "l2_normalize",
     "linear_attention",
     "linear_attention_recurrence",
 ]
