@@ -13,7 +13,15 @@ ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "mha_lib"
 CORE = ["attention", "multihead", "pytorch", "block", "conv", "positions"]
 SHARED = ["plot", "diagrams", "example", "stats", "testing", "runtime", "_checks"]
-PARTS = ["pretrained", "toy", "efficient", "extrapolation", "llm", "distributed"]
+PARTS = [
+    "pretrained",
+    "toy",
+    "efficient",
+    "extrapolation",
+    "llm",
+    "distributed",
+    "linear_attention",
+]
 TOOLS = ["exercises", "bench", "data"]
 
 
