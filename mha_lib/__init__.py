@@ -35,7 +35,7 @@ One package per later part, each importing the core and never imported by it:
   delta rule and the gated delta rule (one step, step by step, chunked), and
   Qwen3.5's gated DeltaNet layer with its cache (notebook 16).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
-numpy|torch|efficient|triton|rope|mla|llm|binder`), `data` (cached sweeps, read with
+numpy|torch|efficient|triton|rope|mla|llm|deltanet|binder`), `data` (cached sweeps, read with
 `importlib.resources`).
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.
