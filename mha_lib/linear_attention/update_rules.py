@@ -24,10 +24,10 @@ What it holds:
 - `gated_delta_recurrence(q, k, v, g, beta)`: a sequence, one `gated_delta_step` per token;
 - `gated_delta_rule(q, k, v, g, beta, chunk_size=64)`: the chunked form. Inside a chunk of C
   tokens everything is matrices (the writes of the chunk's tokens depend on each other through a
-  C×C unit lower-triangular system, solved once for all chunks: the "WY" or "UT" form); across
-  chunks the state carries the past, one matrix product per chunk. This is FlashAttention's
-  tiling idea (notebook 08) applied to a recurrence: O(N·C) work inside the chunks, O(N/C)
-  sequential steps;
+  C×C unit lower-triangular system, solved once for all chunks: the "UT transform"); across
+  chunks the state carries the past, two matrix products per chunk. This is FlashAttention's
+  tiling idea (notebook 08) applied to a recurrence: matrix products of C tokens at a time, and
+  N/C sequential steps instead of N;
 - `delta_rule(q, k, v, beta)`: `gated_delta_rule` with g = 0.
 
 The semantics are those of transformers' `torch_chunk_gated_delta_rule` (Qwen3-Next, Qwen3.5):
@@ -157,12 +157,14 @@ def gated_delta_rule(
     D_ij = exp(γ_i − γ_j) for j ≤ i (0 above the diagonal), token i writes the vector
         u_i = β_i (v_i − exp(γ_i) S_0ᵀ k_i − Σ_{j<i} D_ij (k_i·k_j) u_j),
     its value minus what the state already stores under k_i. Stacked as rows, that is the unit
-    lower-triangular system A U = β V − (β exp(γ) K) S_0 with A = I + strictly-lower(β K Kᵀ ∘ D),
-    so U = W − K_c S_0 with W = A⁻¹ β V and K_c = A⁻¹ (β exp(γ) K), solved for every chunk at
-    once before the loop. Then, per chunk:
-        O   = (exp(γ) Q) S_0 + (Q Kᵀ ∘ D) U              (the state's part + the chunk's part)
-        S_C = exp(γ_C) S_0 + (exp(γ_C − γ) K)ᵀ U           (the state handed to the next chunk).
-    `erase=False` removes the erase term: U = β V, and A is the identity.
+    lower-triangular system (I + L) U = β V − (β exp(γ) K) S_0 with L = strictly-lower(β K Kᵀ ∘ D).
+    With T = (I + L)⁻¹ (one triangular solve for every chunk at once: the "UT transform"),
+    U = W − K_c S_0, where W = T β V and K_c = T (β exp(γ) K) do not depend on the state. Then
+        S_C = exp(γ_C) S_0 + (exp(γ_C − γ) K)ᵀ U           (the state handed to the next chunk)
+        O   = (exp(γ) Q) S_0 + (Q Kᵀ ∘ D) U                (the state's part + the chunk's part).
+    Only the state needs a loop over the chunks (two matrix products per chunk); the outputs of
+    every chunk are then computed at once from the state each chunk started with.
+    `erase=False` removes the erase term: U = β V.
     q, k (B, h, N, d_k), v (B, h, N, d_v), g (B, h, N) ≤ 0, beta (B, h, N) in [0, 1],
     initial_state (B, h, d_k, d_v) or None (zeros)
     -> (o (B, h, N, d_v), the state after the last token (B, h, d_k, d_v)).
@@ -171,42 +173,47 @@ def gated_delta_rule(
     C = check_int(chunk_size, "chunk_size", 1)
     B, h, N, d_k = q.shape
     d_v = v.shape[-1]
-    # pad to whole chunks: a padded token has k = 0 and beta = 0 (writes nothing) and g = 0
-    # (keeps the state as it is), so the final state is the last real token's
     pad = -N % C
-    q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
-    g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
+    if pad:  # whole chunks: a padded token has k = 0 and beta = 0 (it writes nothing) and g = 0
+        # (it keeps the state as it is), so the final state is the last real token's
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+        g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
     n = (N + pad) // C  # chunks
     q = q.reshape(B, h, n, C, d_k) * d_k**-0.5  # (B, h, n, C, d_k)
     k = k.reshape(B, h, n, C, d_k)  # (B, h, n, C, d_k)
     v = v.reshape(B, h, n, C, d_v)  # (B, h, n, C, d_v)
     g, beta = g.reshape(B, h, n, C), beta.reshape(B, h, n, C)  # (B, h, n, C)
 
+    # inside every chunk at once
     gamma = g.cumsum(-1)  # (B, h, n, C): log of the decay from the chunk's start to token i
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()  # (C, C): j ≤ i
     D = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(~causal, -torch.inf).exp()
     # D (B, h, n, C, C): the decay from token j to token i, 0 for j > i
-
     k_beta = k * beta[..., None]  # (B, h, n, C, d_k): β_i k_i
     if erase:
-        L = (k_beta @ k.transpose(-1, -2) * D).tril(-1)  # (B, h, n, C, C): A = I + L
-        rhs = torch.cat((v * beta[..., None], k_beta * gamma.exp()[..., None]), dim=-1)
-        # rhs (B, h, n, C, d_v + d_k): both right-hand sides, solved at once
-        WK = torch.linalg.solve_triangular(L, rhs, upper=False, unitriangular=True)
-        W, K_c = WK.split([d_v, d_k], dim=-1)  # (B, h, n, C, d_v), (B, h, n, C, d_k)
-    else:
-        W, K_c = v * beta[..., None], None  # nothing erased: U = β V
-
-    P = q @ k.transpose(-1, -2) * D  # (B, h, n, C, C): q_i·k_j decayed from j to i, j ≤ i
-    q_state = q * gamma.exp()[..., None]  # (B, h, n, C, d_k): reads S_0, decayed to token i
-    k_state = k * (gamma[..., -1:] - gamma).exp()[..., None]  # (B, h, n, C, d_k): to the end
+        L = (k_beta @ k.transpose(-1, -2) * D).tril(-1)  # (B, h, n, C, C)
+        eye = torch.eye(C, dtype=q.dtype, device=q.device).expand_as(L)
+        T = torch.linalg.solve_triangular(L, eye, upper=False, unitriangular=True)  # (I + L)⁻¹
+        W = T @ (v * beta[..., None])  # (B, h, n, C, d_v)
+        K_c = T @ (k_beta * gamma.exp()[..., None])  # (B, h, n, C, d_k)
+    else:  # nothing erased: u_i = β_i v_i
+        W, K_c = v * beta[..., None], torch.zeros_like(k)
+    # the keys decayed to the chunk's end, and the whole chunk's decay
+    k_state = k * (gamma[..., -1:] - gamma).exp()[..., None]  # (B, h, n, C, d_k)
     chunk_decay = gamma[..., -1].exp()[..., None, None]  # (B, h, n, 1, 1)
 
-    o = torch.empty(B, h, n, C, d_v, dtype=q.dtype, device=q.device)
-    for c in range(n):  # the only loop: the state carries the past from chunk to chunk
-        U = W[:, :, c] if K_c is None else W[:, :, c] - K_c[:, :, c] @ S  # (B, h, C, d_v)
-        o[:, :, c] = q_state[:, :, c] @ S + P[:, :, c] @ U  # (B, h, C, d_v)
-        S = chunk_decay[:, :, c] * S + k_state[:, :, c].transpose(-1, -2) @ U  # (B, h, d_k, d_v)
+    # across chunks, through the state: the only loop
+    S_in = q.new_empty(B, h, n, d_k, d_v)  # the state entering each chunk
+    U = torch.empty_like(W)  # (B, h, n, C, d_v): what each token writes
+    for c in range(n):
+        S_in[:, :, c] = S
+        U[:, :, c] = W[:, :, c] - K_c[:, :, c] @ S  # (B, h, C, d_v)
+        S = chunk_decay[:, :, c] * S + k_state[:, :, c].transpose(-1, -2) @ U[:, :, c]
+
+    # every chunk's outputs at once: the state it started with, read by its queries decayed to
+    # token i, plus its own tokens' writes
+    P = q @ k.transpose(-1, -2) * D  # (B, h, n, C, C): q_i·k_j decayed from j to i, j ≤ i
+    o = (q * gamma.exp()[..., None]) @ S_in + P @ U  # (B, h, n, C, d_v)
     return o.reshape(B, h, n * C, d_v)[:, :, :N], S
 
 
