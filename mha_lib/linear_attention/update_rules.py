@@ -83,11 +83,11 @@ def linear_attention_recurrence(
     """
     S = _check_sequence(q, k, v, initial_state=initial_state)  # (B, h, d_k, d_v)
     q = q * q.shape[-1] ** -0.5
-    outputs = []
+    o = v.new_empty(v.shape)  # (B, h, N, d_v)
     for t in range(q.shape[2]):
         S = S + k[:, :, t, :, None] * v[:, :, t, None, :]  # (B, h, d_k, d_v): add k_t v_tᵀ
-        outputs.append((q[:, :, t, None, :] @ S).squeeze(-2))  # (B, h, d_v): S_tᵀ q_t
-    return torch.stack(outputs, dim=2), S
+        o[:, :, t] = (q[:, :, t, None, :] @ S).squeeze(-2)  # (B, h, d_v): S_tᵀ q_t
+    return o, S
 
 
 def gated_delta_step(
@@ -132,11 +132,11 @@ def gated_delta_recurrence(
     """
     S = _check_sequence(q, k, v, g, beta, initial_state)  # (B, h, d_k, d_v)
     q = q * q.shape[-1] ** -0.5
-    outputs = []
+    o = v.new_empty(v.shape)  # (B, h, N, d_v)
     for t in range(q.shape[2]):
-        o_t, S = _step(S, q[:, :, t], k[:, :, t], v[:, :, t], g[:, :, t], beta[:, :, t], erase)
-        outputs.append(o_t)  # (B, h, d_v)
-    return torch.stack(outputs, dim=2), S
+        q_t, k_t, v_t, g_t, beta_t = (x[:, :, t] for x in (q, k, v, g, beta))  # token t
+        o[:, :, t], S = _step(S, q_t, k_t, v_t, g_t, beta_t, erase)  # (B, h, d_v), S
+    return o, S
 
 
 def gated_delta_rule(

@@ -182,8 +182,13 @@ def test_the_state_carries_a_sequence_across_calls(split):
 
 def test_an_empty_sequence_returns_the_initial_state():
     q, k, v, g, beta, S0 = rule_inputs(1, 2, 0, 4, 3, seed=8, dtype=torch.float32, state=True)
-    o, S = gated_delta_rule(q, k, v, g, beta, 4, S0)
-    assert o.shape == (1, 2, 0, 3) and torch.equal(S, S0)
+    for o, S in (
+        gated_delta_rule(q, k, v, g, beta, 4, S0),
+        gated_delta_recurrence(q, k, v, g, beta, S0),
+        linear_attention_recurrence(q, k, v, S0),
+    ):
+        assert o.shape == (1, 2, 0, 3) and torch.equal(S, S0)
+    assert linear_attention(q, k, v).shape == (1, 2, 0, 3)
 
 
 # --- against transformers -----------------------------------------------------------------------
