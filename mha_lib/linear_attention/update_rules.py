@@ -173,6 +173,8 @@ def gated_delta_rule(
     C = check_int(chunk_size, "chunk_size", 1)
     B, h, N, d_k = q.shape
     d_v = v.shape[-1]
+    if N == 0:
+        return v.clone(), S  # (B, h, 0, d_v), the initial state
     pad = -N % C
     if pad:  # whole chunks: a padded token has k = 0 and beta = 0 (it writes nothing) and g = 0
         # (it keeps the state as it is), so the final state is the last real token's
@@ -203,12 +205,12 @@ def gated_delta_rule(
     chunk_decay = gamma[..., -1].exp()[..., None, None]  # (B, h, n, 1, 1)
 
     # across chunks, through the state: the only loop
-    S_in = q.new_empty(B, h, n, d_k, d_v)  # the state entering each chunk
-    U = torch.empty_like(W)  # (B, h, n, C, d_v): what each token writes
+    S_in, U = [], []  # the state entering each chunk, what each chunk's tokens write
     for c in range(n):
-        S_in[:, :, c] = S
-        U[:, :, c] = W[:, :, c] - K_c[:, :, c] @ S  # (B, h, C, d_v)
-        S = chunk_decay[:, :, c] * S + k_state[:, :, c].transpose(-1, -2) @ U[:, :, c]
+        S_in.append(S)  # (B, h, d_k, d_v)
+        U.append(W[:, :, c] - K_c[:, :, c] @ S)  # (B, h, C, d_v)
+        S = chunk_decay[:, :, c] * S + k_state[:, :, c].transpose(-1, -2) @ U[c]
+    S_in, U = torch.stack(S_in, dim=2), torch.stack(U, dim=2)  # (B, h, n, d_k | C, d_v)
 
     # every chunk's outputs at once: the state it started with, read by its queries decayed to
     # token i, plus its own tokens' writes

@@ -161,6 +161,24 @@ def test_chunked_equals_step_by_step(N, chunk_size, dtype):
     assert_near(S_c, S_r, OURS[dtype])
 
 
+@pytest.mark.parametrize("erase", [True, False])
+def test_chunked_gradients_equal_step_by_step_gradients(erase):
+    """Training differentiates the chunked form: its gradients with respect to every input
+    (the initial state too) are the recurrence's."""
+    inputs = rule_inputs(2, 3, 37, 8, 6, seed=9, dtype=torch.float64, state=True)
+    grads = []
+    for rule in (
+        lambda q, k, v, g, beta, S0: gated_delta_rule(q, k, v, g, beta, 8, S0, erase=erase),
+        lambda q, k, v, g, beta, S0: gated_delta_recurrence(q, k, v, g, beta, S0, erase=erase),
+    ):
+        xs = [x.clone().requires_grad_() for x in inputs]
+        o, S = rule(*xs)
+        (o.sin().sum() + S.cos().sum()).backward()
+        grads.append([x.grad for x in xs])
+    for chunked, steps in zip(*grads, strict=True):
+        assert_near(chunked, steps, 1e-12)
+
+
 def test_the_recurrence_is_the_public_step_token_after_token():
     q, k, v, g, beta, S = rule_inputs(2, 2, 11, 4, 3, seed=6, dtype=torch.float64, state=True)
     o_r, S_r = gated_delta_recurrence(q, k, v, g, beta, S)
