@@ -40,9 +40,12 @@ tools:
   `nn`, and measured from the inside (notebooks 12, 13);
 - `distributed/`: attention across processes with `torch.distributed`: the
   collectives, heads split over ranks (tensor parallelism, SmolLM2 sharded over
-  three processes), a sequence split over a ring (ring attention) (notebook 14).
+  three processes), a sequence split over a ring (ring attention) (notebook 14);
+- `linear_attention/`: attention with a fixed-size state: linear attention, the
+  delta rule and the gated delta rule (one step, step by step, chunked), and
+  Qwen3.5's gated DeltaNet layer with its cache (notebook 16).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
-numpy|torch|efficient|triton|rope|mla|llm|binder`), `data` (cached sweeps, read with
+numpy|torch|efficient|triton|rope|mla|llm|deltanet|binder`), `data` (cached sweeps, read with
 `importlib.resources`).
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.

@@ -216,3 +216,28 @@ def test_llm_benchmark_runs_on_tiny_sizes(tmp_path):
     assert "tokens/s with the KV cache" in result.stdout
     row = json.loads(path.read_text())
     assert row["load_ours_s"] > 0 and row["decode_ours_tok_s"] > 0
+
+
+def test_deltanet_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
+    """Tiny sizes: the three forms of the rule agree (the benchmark asserts it), every time is
+    positive, and --markdown prints docs/benchmarks.md's two tables from the JSON."""
+    pytest.importorskip("torch")
+    path = tmp_path / "deltanet.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "deltanet", "--shape", "1", "2", "40", "8",
+           "--chunk-size", "8", "--decode-sizes", "16", "64", "--repeats", "1", "--threads", "1",
+           "--json", str(path)]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "chunked is" in result.stdout and "one decoding step" in result.stdout
+    numbers = json.loads(path.read_text())
+    seq = numbers["sequence"]
+    assert seq["N"] == 40 and seq["chunked_ms"] > 0 and seq["recurrence_ms"] > 0
+    assert seq["recurrence_difference"] < 1e-4
+    if "transformers_ms" in seq:
+        assert seq["transformers_difference"] < 1e-4
+    assert [r["N"] for r in numbers["decode"]] == [16, 64]
+    assert numbers["decode"][1]["cache_mib"] == 4 * numbers["decode"][0]["cache_mib"]
+    assert numbers["decode"][0]["state_mib"] == 2 * 8 * 8 * 4 / 2**20
+    assert main(["deltanet", "--markdown", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| the whole sequence, N = 40") and lines[-1].startswith("| 64 |")

@@ -24,7 +24,15 @@ LIB = ROOT / "mha_lib"
 CORE = ["attention", "multihead", "pytorch", "block", "conv", "positions"]
 SHARED = ["plot", "diagrams", "example", "stats", "testing", "runtime", "_checks"]
 BLOCKS = ["nn"]  # the layer of torch building blocks
-PARTS = ["pretrained", "toy", "efficient", "extrapolation", "llm", "distributed"]
+PARTS = [
+    "pretrained",
+    "toy",
+    "efficient",
+    "extrapolation",
+    "llm",
+    "distributed",
+    "linear_attention",
+]
 TOOLS = ["exercises", "bench", "data"]
 MAX_EDGES = 2  # other parts a part may import, each declared with its reason
 
