@@ -14,8 +14,10 @@ loader), then `gguf_file` (what the file holds and how a 4-bit block is dequanti
 (greedy and sampled decoding with the cache) and `backends` (the pluggable attentions).
 
 A module per idea:
+- `model_files`: `find_model_file(name="smollm2")`, the one place that knows where each model's
+  file is ("gemma3": joined once from its four part packages into a per-user cache);
 - `gguf_file`: `GGUFFile` (metadata, tensor table, `read(name, rows=, cols=)` dequantized to
-  float32), the block formats' sizes (`bits_per_weight`, `stored_bytes`), `find_model_file`;
+  float32), the block formats' sizes (`bits_per_weight`, `stored_bytes`);
 - `decoder`: `DecoderConfig` (read from the metadata), `RMSNorm`, `SwiGLU`,
   `DecoderAttention`, `DecoderBlock`, `DecoderLM`, `DecoderCache`, `load_decoder`,
   `load_smollm2() -> (model, tokenizer)`;
@@ -58,8 +60,9 @@ from .decoder import (
     load_smollm2,
 )
 from .generation import Trace, generate, pick_next, top_k_filter, top_p_filter
-from .gguf_file import GGUFFile, bits_per_weight, find_model_file, stored_bytes
+from .gguf_file import GGUFFile, bits_per_weight, stored_bytes
 from .induction import induction_scores
+from .model_files import find_model_file
 from .sinks import first_token_attention
 from .streaming import streaming_perplexity
 from .tokenizer import GGUFTokenizer
