@@ -24,6 +24,8 @@ A module per idea:
 - `tokenizer`: `GGUFTokenizer` (`encode`, `decode`, `render_chat`, `encode_chat`);
 - `generation`: `generate(model, input_ids, max_new_tokens, ...)`, `pick_next`, top-k and
   top-p filters, `Trace`;
+- `kquants`: one Q4_K and one Q6_K super-block dequantized by hand (notebook 15), the
+  formats' bytes per weight, what the 6-bit sub-block scales buy;
 - `backends`: the attention functions attention(q, k, v) -> o: SDPA, written out (with its
   weights), notebook 08's tiled loop, notebook 09's Triton kernel.
 
