@@ -129,18 +129,26 @@ class GGUFFile:
     strings, which gguf's reader parses into 200 000 numpy arrays: 2 s and 160 MB). The
     tensor table and the scalar values are the same; `value` of an array raises. A process
     that needs the weights only, such as each rank of notebook 14, opens the file so.
+    keep_arrays (with skip_arrays): the arrays read all the same, as lists, e.g. a vocabulary:
+    Gemma 3's 262 144 tokens, scores and types take a few seconds so, and over half a minute
+    through gguf's reader.
     """
 
-    def __init__(self, path: str | Path, *, skip_arrays: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, skip_arrays: bool = False, keep_arrays: tuple[str, ...] = ()
+    ) -> None:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no GGUF file at {path}: {INSTALL_HINT}")
+        if keep_arrays and not skip_arrays:
+            raise ValueError("keep_arrays names the arrays kept by skip_arrays=True; pass both")
         self.path = path
         self._reader: GGUFReader | None = None
         self._values: dict[str, object] | None = None  # skip_arrays: the values read here
         try:
             if skip_arrays:
-                self._values, table, self._data = _read_header(np.memmap(path, mode="r"))
+                data = np.memmap(path, mode="r")
+                self._values, table, self._data = _read_header(data, frozenset(keep_arrays))
             else:
                 self._reader = GGUFReader(path)
                 table = [
@@ -205,11 +213,15 @@ class GGUFFile:
 
     def metadata(self, max_items: int = 8) -> dict[str, object]:
         """Every metadata key with its value; a list longer than max_items as '[n items]'
-        (with skip_arrays, every list)."""
+        (with skip_arrays, every list not kept)."""
         reader = self._open()
         if reader is None:
             return {
-                key: f"[{v.count} items]" if isinstance(v, SkippedArray) else v
+                key: f"[{v.count} items]"
+                if isinstance(v, SkippedArray)
+                else f"[{len(v)} items]"
+                if isinstance(v, list) and len(v) > max_items
+                else v
                 for key, v in self._values.items()
             }
         out = {}
@@ -330,8 +342,8 @@ class _Cursor:
         self.at += n
         return bytes(self.data[self.at - n : self.at]).decode("utf-8")
 
-    def value(self, kind: int):
-        """A metadata value of type kind; an array is stepped over (SkippedArray)."""
+    def value(self, kind: int, keep: bool = False):
+        """A metadata value of type kind; an array is stepped over (SkippedArray) unless keep."""
         kind = GGUFValueType(kind)
         if kind == GGUFValueType.STRING:
             return self.string()
@@ -339,20 +351,30 @@ class _Cursor:
             return self.unpack(_SCALARS[kind])
         item, count = GGUFValueType(self.unpack("<I")), self.unpack("<Q")
         if item == GGUFValueType.STRING:
+            if keep:
+                return [self.string() for _ in range(count)]
             for _ in range(count):  # each string: its length, then its bytes
                 length = self.unpack("<Q")
                 self.at += length
         elif item in _SCALARS:
-            self.at += count * struct.calcsize(_SCALARS[item])
+            size = count * struct.calcsize(_SCALARS[item])
+            if keep:  # as gguf's reader gives them: a list of Python numbers
+                if self.at + size > len(self.data):
+                    raise EOFError("an array runs past the end of the file")
+                part = self.data[self.at : self.at + size]
+                self.at += size
+                return np.frombuffer(part, dtype=_SCALARS[item]).tolist()
+            self.at += size
         else:
             raise ValueError(f"an array of {item.name} in the metadata is not read here")
         return SkippedArray(int(count))
 
 
-def _read_header(data: np.ndarray) -> tuple[dict, list, dict]:
+def _read_header(data: np.ndarray, keep: frozenset = frozenset()) -> tuple[dict, list, dict]:
     """(values, table, views) of the file mapped as bytes in data: the metadata's values
-    (arrays stepped over), the tensor table [(name, qtype, dims innermost first, nbytes)] and
-    each tensor's bytes as a view, laid out as gguf's reader lays them out."""
+    (arrays stepped over, but those named in keep), the tensor table [(name, qtype, dims
+    innermost first, nbytes)] and each tensor's bytes as a view, laid out as gguf's reader
+    lays them out."""
     at = _Cursor(data)
     magic, version, n_tensors, n_values = at.unpack("<4sIQQ")
     if magic != b"GGUF":
@@ -362,7 +384,7 @@ def _read_header(data: np.ndarray) -> tuple[dict, list, dict]:
     values = {}
     for _ in range(n_values):
         key = at.string()
-        values[key] = at.value(at.unpack("<I"))
+        values[key] = at.value(at.unpack("<I"), keep=key in keep)
     table = []
     for _ in range(n_tensors):
         name = at.string()

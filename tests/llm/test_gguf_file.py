@@ -87,6 +87,31 @@ def test_skip_arrays_gives_the_same_table_values_and_bytes(real):
         light.value("llama.block_count")
 
 
+def test_kept_arrays_are_read_as_gguf_reads_them(real, tmp_path):
+    import gguf
+
+    keep = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges")
+    with GGUFFile(find_model_file(), skip_arrays=True, keep_arrays=keep) as light:
+        for key in keep:
+            assert light.value(key) == real.value(key), key
+        assert isinstance(light._values["tokenizer.chat_template"], str)
+        assert light.metadata()["tokenizer.ggml.token_type"] == "[49152 items]"
+    with pytest.raises(ValueError, match=r"keep_arrays names the arrays kept by skip_arrays=True"):
+        GGUFFile(find_model_file(), keep_arrays=keep)
+    w = gguf.GGUFWriter(tmp_path / "a.gguf", "llama")  # every kind of number an array holds
+    arrays = {"f32": [1.5, -2.25], "i8": [-3, 4], "u64": [2**40, 7], "b": [True, False]}
+    w.add_array("f32", arrays["f32"])
+    w.add_key_value("i8", arrays["i8"], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT8)
+    w.add_key_value("u64", arrays["u64"], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT64)
+    w.add_array("b", arrays["b"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    with GGUFFile(tmp_path / "a.gguf", skip_arrays=True, keep_arrays=tuple(arrays)) as f:
+        for key, values in arrays.items():
+            assert f.value(key) == values and type(f.value(key)[0]) is type(values[0]), key
+
+
 def test_bits_per_weight_of_each_format():
     assert bits_per_weight("F32") == 32 and bits_per_weight("F16") == 16
     assert bits_per_weight("Q8_0") == 8.5 and bits_per_weight("Q4_1") == 5
