@@ -26,6 +26,9 @@ A module per idea:
   top-p filters, `Trace`;
 - `kquants`: one Q4_K and one Q6_K super-block dequantized by hand (notebook 15), the
   formats' bytes per weight, what the 6-bit sub-block scales buy;
+- `sentencepiece`: `SentencePieceTokenizer`, Gemma's tokenizer rebuilt from the file's scores
+  (notebook 15);
+- `quantized`: `QuantizedEmbedding`, a Q8_0 tied embedding kept quantized (notebook 15);
 - `backends`: the attention functions attention(q, k, v) -> o: SDPA, written out (with its
   weights), notebook 08's tiled loop, notebook 09's Triton kernel.
 
