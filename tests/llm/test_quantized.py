@@ -65,6 +65,22 @@ def test_the_chunked_head_equals_the_float32_product(small, chunk_rows):
     assert float((logits.double() - exact).abs().max()) < 8 * ulp
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_parts_run_side_by_side_and_the_thread_count_comes_back(small, threads):
+    f, _ = small
+    emb = QuantizedEmbedding.from_gguf(f, chunk_rows=64)
+    h = torch.randn(3, 96, generator=torch.Generator().manual_seed(2))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        logits = emb.logits(h)
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)
+    one = QuantizedEmbedding.from_gguf(f, chunk_rows=1000).logits(h)  # one chunk, one part
+    assert_close(logits.numpy(), one.numpy())  # each row's product is the same, in any part
+
+
 def test_bad_input_is_named(small):
     f, _ = small
     emb = QuantizedEmbedding.from_gguf(f)
