@@ -17,9 +17,10 @@ spelled '▁' (U+2581) inside tokens. llama.cpp tokenizes such a vocabulary so:
 some token holds '▁' after another character (Gemma's vocabulary has one, '>▁</'), so each word
 is tokenized alone and remembered: fast on long texts.
 
-transformers builds the same tokenizer differently: BPE with merges recovered from the
-vocabulary (`tokenizers`), the whitespace-run tokens respelled with '▁'. Its ids are the same on
-the texts the tests try; they also name where the two rules would part.
+The tests check the ids against llama.cpp's own tokenizer on this file. transformers builds the
+tokenizer differently (BPE with merges recovered from the vocabulary, the tokens of runs of
+spaces respelled with '▁'); its ids are the same except on runs of 32 spaces or more and on a
+'▁' written in the text beside a space, where llama.cpp's are those above.
 
 What it holds: `SentencePieceTokenizer.from_gguf(path or GGUFFile)`, `encode(text,
 add_bos=False)`, `decode(ids, skip_special_tokens=False)`, `pieces(ids)`, `bos_id`, `eos_id`,

@@ -4,9 +4,12 @@ fallback, words merged alone); on Gemma 3's file (when installed): the special i
 transformers' tokenizer read from the same file on every kind of text, and where the two part,
 the ids llama.cpp itself gives; decoding round-trips."""
 
+import hashlib
 import importlib.util
+import json
 import random
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -132,16 +135,21 @@ TEXTS = {
     ],
 }
 
-# Where transformers' tokenizer parts from llama.cpp's rule, with the ids llama.cpp gives (its
-# llama_tokenize, parse_special = true, on this file; vendored in llama-cpp-python 0.3.36).
-# 1. A run of 32 or more spaces: llama.cpp cuts the longest user-defined token out first (31
-#    spaces), transformers merges the run as '▁' pieces with BPE, in other runs.
-# 2. A '▁' written in the text next to a space: llama.cpp matches the space runs in the raw text
-#    (where '▁' is not a space), transformers after turning spaces into '▁'.
+# What llama.cpp itself gives on this file: `llama_tokenize` (add_special = false) of the llama.cpp
+# vendored in llama-cpp-python 0.3.36, built from its sources and run on the vocabulary alone
+# (`vocab_only`), on the texts below, 300 random ones and `doc_text()` (its ids by their hash).
+# "ids" with special tokens parsed in the text, "ids_plain" (where different) without.
+LLAMA_CPP_IDS = json.loads((Path(__file__).parent / "llama_cpp_gemma3_ids.json").read_text())
+
+# Where transformers' tokenizer parts from llama.cpp's rule (ids from the file above):
+# 1. a run of 32 or more spaces: llama.cpp cuts the longest user-defined token out first (31
+#    spaces), transformers merges the run as '▁' pieces with BPE, into other runs;
+# 2. a '▁' written in the text next to a space: llama.cpp matches runs of spaces in the raw text,
+#    where a '▁' is no space; transformers after turning spaces into '▁'.
 LLAMA_CPP = {
     "x" + " " * 40 + "y": [236781, 167, 145, 236762],
-    "a" + " " * 32 + "b": [236746, 167, 236743, 236763],
-    f"x{SPACE} y": [236781, 236743, 236743, 236762],
+    "a" + " " * 32 + "b": [236746, 167, 518],
+    f"x{SPACE} y": [236781, 236743, 570],
     f"{SPACE}{SPACE}": [236743, 236743],
 }
 
@@ -173,6 +181,24 @@ def test_gemma3_special_tokens_and_no_chat_template(gemma):
     assert gemma.add_bos and gemma.chat_template is None  # the base model's file stores none
     assert len(gemma.special_tokens) == 6249 and len(gemma.user_defined) == 165
     assert gemma.encode("<start_of_turn>user") == [105, 2364]
+
+
+@needs_gemma
+def test_gemma3_ids_equal_llama_cpps(gemma):
+    from mha_lib.llm.texts import doc_text
+
+    for entry in LLAMA_CPP_IDS["texts"]:
+        text = entry["text"]
+        assert gemma.encode(text) == entry["ids"], text
+        assert gemma.encode(text, parse_special=False) == entry.get("ids_plain", entry["ids"]), text
+    assert {e["text"] for e in LLAMA_CPP_IDS["texts"]} >= {t for k in TEXTS.values() for t in k}
+    assert LLAMA_CPP.items() <= {e["text"]: e["ids"] for e in LLAMA_CPP_IDS["texts"]}.items()
+    ids = gemma.encode(doc_text())
+    digest = hashlib.sha256(json.dumps(ids).encode()).hexdigest()
+    assert (len(ids), digest) == (
+        LLAMA_CPP_IDS["doc_text"]["count"],
+        LLAMA_CPP_IDS["doc_text"]["sha256"],
+    )
 
 
 @needs_gemma
