@@ -13,7 +13,7 @@ or a torch tensor (any device, requires_grad, nn.Parameter) is read the same
 way. Where the exercise asks for a tensor (notebook 04) a correct numpy answer
 passes with a note.
 
-This package stays numpy-only. The checkers of notebooks 05, 07, 12, 13 and 14 import torch
+This package stays numpy-only. The checkers of notebooks 05, 07, 12, 13, 14 and 15 import torch
 only when they run, so they are re-exported here; the modules `nb04` and `nb08`
 import torch as they load, so notebooks 04 and 08 import their checkers from
 `mha_lib.exercises.nb04` and `mha_lib.exercises.nb08`.
@@ -41,7 +41,10 @@ from .nb13 import *  # noqa: F403
 from .nb13 import __all__ as _nb13
 from .nb14 import *  # noqa: F403
 from .nb14 import __all__ as _nb14
+from .nb15 import *  # noqa: F403  (imports gguf and torch only when a checker runs)
+from .nb15 import __all__ as _nb15
 
 __all__ = [
     *_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb06, *_nb07, *_nb11, *_nb12, *_nb13, *_nb14,
+    *_nb15,
 ]  # fmt: skip

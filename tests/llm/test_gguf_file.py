@@ -106,6 +106,23 @@ def test_skip_arrays_gives_the_same_table_values_and_bytes(real):
         light.value("llama.block_count")
 
 
+def test_arrays_of_every_number_type_are_read_as_python_numbers(tmp_path):
+    import gguf
+
+    w = gguf.GGUFWriter(tmp_path / "a.gguf", "llama")  # every kind of number an array holds
+    arrays = {"f32": [1.5, -2.25], "i8": [-3, 4], "u64": [2**40, 7], "b": [True, False]}
+    w.add_array("f32", arrays["f32"])
+    w.add_key_value("i8", arrays["i8"], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.INT8)
+    w.add_key_value("u64", arrays["u64"], gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT64)
+    w.add_array("b", arrays["b"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    with GGUFFile(tmp_path / "a.gguf") as f:
+        for key, values in arrays.items():
+            assert f.value(key) == values and type(f.value(key)[0]) is type(values[0]), key
+
+
 def test_bits_per_weight_of_each_format():
     assert bits_per_weight("F32") == 32 and bits_per_weight("F16") == 16
     assert bits_per_weight("Q8_0") == 8.5 and bits_per_weight("Q4_1") == 5
