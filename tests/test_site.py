@@ -112,6 +112,20 @@ def test_site_command_is_the_build_script_in_readme_and_contributing():
     assert "https://mha-series.github.io/multi-head-attention/" in (ROOT / "README.md").read_text()
 
 
+def test_site_workflow_builds_with_the_readme_command_and_publishes_to_pages():
+    """site.yml installs the website's block of requirements-dev.txt (every pin of the build),
+    runs the README's site command and uploads what it writes."""
+    workflow = (ROOT / ".github" / "workflows" / "site.yml").read_text(encoding="utf-8")
+    marker = re.search(r"sed -n '/\^(# [^/]+)/,/\^\$/p' requirements-dev\.txt", workflow)
+    assert marker, "site.yml does not take the website's block of requirements-dev.txt"
+    dev = (ROOT / "requirements-dev.txt").read_text(encoding="utf-8")
+    block = dev.split(marker.group(1))[1].split("\n\n")[0]
+    for package in ("sphinx", "myst-nb", "sphinx-book-theme", "sphinx-mathjax-offline"):
+        assert re.search(rf"^{package}==", block, re.M), f"{package} is not in the block"
+    assert "<!-- site-command:start -->" in workflow and "path: build/site/html" in workflow
+    assert "actions/upload-pages-artifact" in workflow and "actions/deploy-pages" in workflow
+
+
 def test_site_lists_every_notebook_in_order_titled_by_its_first_heading(site):
     """The table of contents is generated from the folders: the notebooks in order, each
     under its first heading, then the solutions, docs/ and tests/README.md."""

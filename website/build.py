@@ -59,8 +59,9 @@ def stage(src: Path) -> None:
     index += toctree("Solutions", ["solutions/index.md"]) + toctree("More", more_pages())
     (src / "index.md").write_text(index, encoding="utf-8")
     (src / "solutions" / "index.md").write_text(
-        "# Solutions to the exercises\n\nWorked solutions to the exercises of each notebook. Try each exercise "
-        "first: its checker says what is wrong.\n" + toctree("Solutions", solutions(), False),
+        "# Solutions to the exercises\n\nWorked solutions, notebook by notebook. Try each "
+        "exercise first: its checker says what is wrong.\n"
+        + toctree("Solutions", solutions(), False),
         encoding="utf-8",
     )
 
