@@ -363,6 +363,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.browser
 def test_site_checks_fail_on_a_broken_site(browser, tmp_path):
     """Each check catches what it is for: a page broken on purpose, and a sound one beside it."""
     page, errors, foreign = browser
@@ -392,6 +393,7 @@ def served(site):
         yield base
 
 
+@pytest.mark.browser
 def test_site_every_page_in_a_browser(site, served, browser):
     """Every page of the built site: no console error, nothing from another host, every image
     loaded, every formula typeset, every internal link and anchor there, and the Binder and
@@ -431,6 +433,7 @@ def search(page, base: str, query: str) -> list[str]:
     return [urlparse(link).path[len(urlparse(base).path) :] for link in links]
 
 
+@pytest.mark.browser
 def test_site_search_finds_the_last_notebook(site, served, browser):
     """The search index covers the whole series: the last notebook is found by the words of its
     title (before any colon), and a notebook titled with "gated delta" by those words."""

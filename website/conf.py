@@ -4,6 +4,7 @@ The title, the repository and the Binder link pattern are read from README.md's 
 Binder badge, so the site says what the README says.
 """
 
+import hashlib
 import re
 import sys
 from importlib import metadata
@@ -45,6 +46,8 @@ series_github_url = f"https://github.com/{REPOSITORY}"
 series_branch = "main"
 series_binder_url = BINDER.group(1)
 series_binder_home = BINDER.group(3)
+# Sphinx rereads every page when conf.py changes, not when the extension does: this makes it so
+series_code = hashlib.sha256((HERE / "series_site.py").read_bytes()).hexdigest()
 
 html_theme = "sphinx_book_theme"
 html_baseurl = f"https://{author}.github.io/{REPOSITORY.split('/')[1]}/"

@@ -225,6 +225,7 @@ def setup(app):
     app.add_config_value("series_branch", "main", "env")
     app.add_config_value("series_binder_url", "", "env")
     app.add_config_value("series_binder_home", "", "env")
+    app.add_config_value("series_code", "", "env")
     app.connect("doctree-read", link_outside_pages)
     app.connect("doctree-read", remote_images_as_text)
     app.connect("doctree-read", note_solutions)
