@@ -27,6 +27,7 @@ def notebooks() -> list[str]:
 
 
 def solutions() -> list[str]:
+    """Their worked solutions, solutions/NN_*_solutions.ipynb, in order."""
     return [
         f"solutions/{p.name}"
         for p in sorted((ROOT / "solutions").glob("[0-9][0-9]_*_solutions.ipynb"))
@@ -39,7 +40,8 @@ def more_pages() -> list[str]:
 
 
 def toctree(caption: str, paths: list[str], hidden: bool = True) -> str:
-    entries = "\n".join("/" + str(Path(p).with_suffix("")) for p in paths)
+    """A toctree directive listing pages by their paths (each shown under its first heading)."""
+    entries = "\n".join("/" + Path(p).with_suffix("").as_posix() for p in paths)
     options = f":caption: {caption}\n" + (":hidden:\n" if hidden else ":maxdepth: 1\n")
     return f"\n```{{toctree}}\n{options}\n{entries}\n```\n"
 
@@ -49,7 +51,9 @@ def stage(src: Path) -> None:
     if src.exists():
         shutil.rmtree(src)
     copied = notebooks() + solutions() + more_pages()
-    copied += [f"docs/{p.name}" for p in (ROOT / "docs").iterdir() if p.suffix != ".md"]
+    copied += [
+        f"docs/{p.name}" for p in (ROOT / "docs").iterdir() if p.is_file() and p.suffix != ".md"
+    ]
     for rel in copied:
         (src / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, src / rel)  # keeps the time stamp: an unchanged page is reused
@@ -88,7 +92,10 @@ def main() -> None:
         html = build(args.out)
     except subprocess.CalledProcessError as error:
         sys.exit(f"the site did not build (sphinx exited with {error.returncode})")
-    print(f"the site is in {html} ({time.perf_counter() - start:.0f} s); open index.html")
+    print(f"the site is in {html} ({time.perf_counter() - start:.0f} s); to read it:")
+    print(
+        f"{Path(sys.executable).name} -m http.server -d {html}  # then open http://127.0.0.1:8000/"
+    )
 
 
 if __name__ == "__main__":

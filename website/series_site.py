@@ -117,7 +117,7 @@ def repo_path(docname: str, source_suffix: str) -> str:
     return GENERATED.get(docname, docname + source_suffix)
 
 
-def _repo_target(config, env, docname: str, target: str) -> tuple[str, str]:
+def _repo_target(env, docname: str, target: str) -> tuple[str, str]:
     """A link's target, relative to the repository's root, and its #anchor ('' if none)."""
     path, _, anchor = target.partition("#")
     here = posixpath.dirname(repo_path(docname, Path(env.doc2path(docname)).suffix))
@@ -136,7 +136,7 @@ def link_outside_pages(app, doctree) -> None:
         target = node["reftarget"]
         if target.startswith("#"):
             continue
-        path, anchor = _repo_target(config, env, docname, target)
+        path, anchor = _repo_target(env, docname, target)
         root = Path(config.series_repository_root)
         if path in pages:
             node["refdomain"], node["reftarget"] = "doc", pages[path]
