@@ -10,6 +10,7 @@ the packages in requirements-dev.txt. Sphinx runs with warnings as errors (a bro
 """
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -93,9 +94,8 @@ def main() -> None:
     except subprocess.CalledProcessError as error:
         sys.exit(f"the site did not build (sphinx exited with {error.returncode})")
     print(f"the site is in {html} ({time.perf_counter() - start:.0f} s); to read it:")
-    print(
-        f"{Path(sys.executable).name} -m http.server -d {html}  # then open http://127.0.0.1:8000/"
-    )
+    python = os.path.relpath(sys.executable)  # .venv/bin/python, from the repository
+    print(f"{python} -m http.server -d {html}  # then open http://127.0.0.1:8000/")
 
 
 if __name__ == "__main__":
