@@ -43,7 +43,9 @@ def more_pages() -> list[str]:
 def toctree(caption: str, paths: list[str], hidden: bool = True) -> str:
     """A toctree directive listing pages by their paths (each shown under its first heading)."""
     entries = "\n".join("/" + Path(p).with_suffix("").as_posix() for p in paths)
-    options = f":caption: {caption}\n" + (":hidden:\n" if hidden else ":maxdepth: 1\n")
+    options = (f":caption: {caption}\n" if caption else "") + (
+        ":hidden:\n" if hidden else ":maxdepth: 1\n"
+    )
     return f"\n```{{toctree}}\n{options}\n{entries}\n```\n"
 
 
@@ -66,7 +68,7 @@ def stage(src: Path) -> None:
     (src / "solutions" / "index.md").write_text(
         "# Solutions to the exercises\n\nWorked solutions, notebook by notebook. Try each "
         "exercise first: its checker says what is wrong.\n"
-        + toctree("Solutions", solutions(), False),
+        + toctree("", solutions(), hidden=False),
         encoding="utf-8",
     )
 

@@ -25,7 +25,8 @@ html_title = project
 author = REPOSITORY.split("/")[0]
 copyright = "the authors of the series (MIT license)"
 
-extensions = ["myst_nb", "series_site"]
+# githubpages writes .nojekyll, so that GitHub Pages serves _static/ and _images/ as they are
+extensions = ["myst_nb", "sphinx.ext.githubpages", "series_site"]
 root_doc = "index"
 exclude_patterns = []
 
