@@ -1,0 +1,104 @@
+"""Build the series as a website: `python website/build.py` writes build/site/html/.
+
+The pages are laid out in build/site/src/ as the repository has them, so that every relative
+link between them works as it does on GitHub: the README as index.md (the front page), every
+notebooks/NN_*.ipynb and solutions/NN_*_solutions.ipynb, docs/ and tests/README.md. The table of
+contents is generated from those folders (each entry titled by its page's first heading), so a
+new notebook needs no change here. Nothing is executed: the pages show the outputs stored in the
+notebooks, which strict nbval checks. No network: MathJax and every script and font come with
+the packages in requirements-dev.txt. Sphinx runs with warnings as errors (a broken link fails).
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WEBSITE = ROOT / "website"
+OUT = ROOT / "build" / "site"
+
+
+def notebooks() -> list[str]:
+    """The series, in order: notebooks/NN_*.ipynb, as paths relative to the repository."""
+    return [f"notebooks/{p.name}" for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+
+
+def solutions() -> list[str]:
+    """Their worked solutions, solutions/NN_*_solutions.ipynb, in order."""
+    return [
+        f"solutions/{p.name}"
+        for p in sorted((ROOT / "solutions").glob("[0-9][0-9]_*_solutions.ipynb"))
+    ]
+
+
+def more_pages() -> list[str]:
+    """docs/*.md, then the rules the tests follow."""
+    return [f"docs/{p.name}" for p in sorted((ROOT / "docs").glob("*.md"))] + ["tests/README.md"]
+
+
+def toctree(caption: str, paths: list[str], hidden: bool = True) -> str:
+    """A toctree directive listing pages by their paths (each shown under its first heading)."""
+    entries = "\n".join("/" + Path(p).with_suffix("").as_posix() for p in paths)
+    options = (f":caption: {caption}\n" if caption else "") + (
+        ":hidden:\n" if hidden else ":maxdepth: 1\n"
+    )
+    return f"\n```{{toctree}}\n{options}\n{entries}\n```\n"
+
+
+def stage(src: Path) -> None:
+    """Lay the pages out in src, as the repository has them."""
+    if src.exists():
+        shutil.rmtree(src)
+    copied = notebooks() + solutions() + more_pages()
+    copied += [
+        f"docs/{p.name}" for p in (ROOT / "docs").iterdir() if p.is_file() and p.suffix != ".md"
+    ]
+    for rel in copied:
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, src / rel)  # keeps the time stamp: an unchanged page is reused
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    index = readme + toctree("Notebooks", notebooks())
+    index += toctree("Solutions", ["solutions/index.md"]) + toctree("More", more_pages())
+    (src / "index.md").write_text(index, encoding="utf-8")
+    (src / "solutions" / "index.md").write_text(
+        "# Solutions to the exercises\n\nWorked solutions, notebook by notebook. Try each "
+        "exercise first: its checker says what is wrong.\n"
+        + toctree("", solutions(), hidden=False),
+        encoding="utf-8",
+    )
+
+
+def build(out: Path = OUT, quiet: bool = True) -> Path:
+    """Lay the pages out in out/src and build them into out/html; returns out/html."""
+    out = Path(out)
+    stage(out / "src")
+    command = [
+        sys.executable, "-m", "sphinx", "--builder", "html", "--conf-dir", str(WEBSITE),
+        "--doctree-dir", str(out / "doctrees"), "--fail-on-warning", "--keep-going",
+        "--jobs", "auto", *(["--quiet"] * quiet), str(out / "src"), str(out / "html"),
+    ]  # fmt: skip
+    subprocess.run(command, check=True)
+    return out / "html"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT, help=f"default: {OUT}")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    try:
+        html = build(args.out)
+    except subprocess.CalledProcessError as error:
+        sys.exit(f"the site did not build (sphinx exited with {error.returncode})")
+    print(f"the site is in {html} ({time.perf_counter() - start:.0f} s); to read it:")
+    python = os.path.relpath(sys.executable)  # .venv/bin/python, from the repository
+    print(f"{python} -m http.server -d {html}  # then open http://127.0.0.1:8000/")
+
+
+if __name__ == "__main__":
+    main()
