@@ -52,14 +52,17 @@ __all__ = [
     "TASK",
     "VARIANTS",
     "RecallModel",
+    "attention_layer",
     "attention_weights",
     "cache_numbers",
     "differences",
     "evaluate",
     "first_token_weight",
+    "held_out_batch",
     "load_sweep",
     "make_model",
     "recall_batch",
+    "run_jobs",
     "run_sweep",
     "sweep_summary",
     "sweep_table",
@@ -166,37 +169,53 @@ class _Block(nn.Module):
         y = self.norm1(x)
         if isinstance(self.attn, MultiHeadLatentAttention):
             a = self.attn(y, mask=mask, is_causal=True)
-        else:  # notebook 08's GroupedQueryAttention, its heads of width head_dim
+        elif isinstance(self.attn, GroupedQueryAttention):  # its heads of width head_dim
             a = self.attn(y, attention=_sdpa(mask))
+        elif mask is None:  # a causal token mixer of another kind (notebook 16's state rules)
+            a = self.attn(y)
+        else:
+            raise ValueError(f"a mask is given but the layer is a {type(self.attn).__name__}, "
+                             "which mixes causally and takes no mask")  # fmt: skip
         x = x + a
         return x + self.mlp(self.norm2(x))
 
 
-class RecallModel(nn.Module):
-    """Embeddings, `layers` blocks with the given attention, a tied read-out."""
+def attention_layer(cfg: dict, d_model: int, layer: int) -> nn.Module:
+    """The attention of one layer under the configuration cfg: "gqa" (MHA, GQA, MQA) or "mla".
+    The same for every layer here; another part passes `RecallModel` a function of its own
+    (notebook 16: state rules and a hybrid stack)."""
+    if cfg["kind"] == "mla":
+        return MultiHeadLatentAttention(
+            d_model,
+            cfg["num_heads"],
+            cfg["kv_lora_rank"],
+            cfg["head_dim"],
+            cfg["rope_dim"],
+            cfg["head_dim"],
+        )
+    return GroupedQueryAttention(
+        d_model, cfg["num_heads"], cfg["num_kv_heads"], head_dim=cfg["head_dim"]
+    )
 
-    def __init__(self, cfg: dict, vocab: int, max_len: int, d_model: int = 64, layers: int = 2):
+
+class RecallModel(nn.Module):
+    """Embeddings, `layers` blocks with the given attention, a tied read-out.
+
+    make_mixer(cfg, d_model, layer) -> the token mixer of block `layer` (default
+    `attention_layer`); a mixer that is neither a `GroupedQueryAttention` nor an MLA layer is
+    called as mixer(x) and must be causal itself.
+    """
+
+    def __init__(self, cfg: dict, vocab: int, max_len: int, d_model: int = 64, layers: int = 2,
+                 make_mixer=attention_layer):  # fmt: skip
         super().__init__()
         self.cfg = dict(cfg)
         self.embed = nn.Embedding(vocab, d_model)
         self.prev = nn.Embedding(vocab + 1, d_model)  # the previous token (vocab: none)
         self.pos = nn.Embedding(max_len, d_model)
         blocks = []
-        for _ in range(layers):
-            if cfg["kind"] == "mla":
-                attn = MultiHeadLatentAttention(
-                    d_model,
-                    cfg["num_heads"],
-                    cfg["kv_lora_rank"],
-                    cfg["head_dim"],
-                    cfg["rope_dim"],
-                    cfg["head_dim"],
-                )
-            else:
-                attn = GroupedQueryAttention(
-                    d_model, cfg["num_heads"], cfg["num_kv_heads"], head_dim=cfg["head_dim"]
-                )
-            blocks.append(_Block(d_model, attn))
+        for layer in range(layers):
+            blocks.append(_Block(d_model, make_mixer(cfg, d_model, layer)))
         self.blocks = nn.ModuleList(blocks)
         self.norm = nn.LayerNorm(d_model)
 
@@ -234,10 +253,13 @@ def held_out_batch() -> tuple[Tensor, Tensor]:
     return recall_batch(2000, torch.Generator().manual_seed(10_000), **TASK)
 
 
-def train_one(cfg: dict, seed: int, steps: int | None = None) -> tuple[RecallModel, list[float]]:
-    """Train a model with attention cfg from seed; return it and the loss every 50 steps."""
+def train_one(
+    cfg: dict, seed: int, steps: int | None = None, build=make_model
+) -> tuple[RecallModel, list[float]]:
+    """Train a model with attention cfg from seed (build(cfg, seed) makes it: `make_model`, or
+    another part's); return it and the loss every 50 steps."""
     steps = TRAIN["steps"] if steps is None else steps
-    model = make_model(cfg, seed)
+    model = build(cfg, seed)
     gen = torch.Generator().manual_seed(1000 + seed)
     opt = torch.optim.AdamW(model.parameters(), lr=TRAIN["lr"], weight_decay=0.01)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, TRAIN["lr"], total_steps=steps, pct_start=0.1)
@@ -339,25 +361,7 @@ def run_sweep(
         if variants is None or name in variants
         for seed in seeds
     ]
-    if processes > 1:
-        import multiprocessing
-
-        with multiprocessing.get_context("spawn").Pool(processes) as pool:
-            runs = []
-            for run in pool.imap(_one_run, jobs, chunksize=1):
-                runs.append(run)
-                if verbose:
-                    _say(run)
-    else:
-        threads = torch.get_num_threads()
-        try:
-            runs = []
-            for job in jobs:
-                runs.append(_one_run(job))
-                if verbose:
-                    _say(runs[-1])
-        finally:
-            torch.set_num_threads(threads)
+    runs = run_jobs(_one_run, jobs, processes, _say if verbose else None)
     return {
         **provenance("python -m mha_lib.efficient.recall"),
         "task": TASK,
@@ -367,6 +371,32 @@ def run_sweep(
         "variants": {str(b): VARIANTS[b] for b in budgets},
         "runs": runs,
     }
+
+
+def run_jobs(one_run, jobs: list, processes: int = 1, say=None) -> list:
+    """[one_run(job) for job in jobs], in `processes` worker processes (spawned) when more than
+    one, in order; say(run) after each run ends, if given. one_run must be a module-level
+    function (the workers import it) and may set torch's threads: they are restored here."""
+    if processes > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            runs = []
+            for run in pool.imap(one_run, jobs, chunksize=1):
+                runs.append(run)
+                if say is not None:
+                    say(run)
+        return runs
+    threads = torch.get_num_threads()
+    try:
+        runs = []
+        for job in jobs:
+            runs.append(one_run(job))
+            if say is not None:
+                say(runs[-1])
+    finally:
+        torch.set_num_threads(threads)
+    return runs
 
 
 def _say(run: dict) -> None:

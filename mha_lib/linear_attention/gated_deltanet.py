@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from .._checks import check_int
 from .update_rules import gated_delta_rule, gated_delta_step
 
-__all__ = ["GatedDeltaNet", "GatedDeltaNetCache", "GatedRMSNorm", "l2_normalize"]
+__all__ = ["GatedDeltaNet", "GatedDeltaNetCache", "GatedRMSNorm", "initial_decays", "l2_normalize"]
 
 
 class GatedDeltaNet(nn.Module):
@@ -85,10 +85,8 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_a = nn.Linear(C, h_v, bias=False)
         # depthwise (groups = channels) and unpadded: `forward` pads on the left, causally
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, K, groups=self.conv_dim, bias=False)
-        A = torch.empty(h_v).uniform_(1, 16)  # (h_v,)
-        dt = torch.empty(h_v).uniform_(math.log(1e-3), math.log(1e-1)).exp()  # (h_v,)
-        self.A_log = nn.Parameter(A.log())
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
+        A_log, dt_bias = initial_decays(h_v)  # (h_v,) each
+        self.A_log, self.dt_bias = nn.Parameter(A_log), nn.Parameter(dt_bias)
         self.norm = GatedRMSNorm(d_v, eps)
         self.out_proj = nn.Linear(h_v * d_v, C, bias=False)
 
@@ -220,6 +218,16 @@ class GatedRMSNorm(nn.Module):
     def forward(self, o: Tensor, z: Tensor) -> Tensor:
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., d_v)
         return self.weight * o * F.silu(z)  # (..., d_v)
+
+
+def initial_decays(num_heads: int) -> tuple[Tensor, Tensor]:
+    """A fresh layer's A_log and dt_bias (num_heads,), as Mamba-2 starts its decays: A = exp(A_log)
+    uniform in [1, 16], dt = softplus(dt_bias) log-uniform in [0.001, 0.1] (drawn from torch's
+    global generator, A first)."""
+    h = check_int(num_heads, "num_heads", 1)
+    A = torch.empty(h).uniform_(1, 16)  # (h,)
+    dt = torch.empty(h).uniform_(math.log(1e-3), math.log(1e-1)).exp()  # (h,)
+    return A.log(), dt + torch.log(-torch.expm1(-dt))  # softplus(dt_bias) = dt
 
 
 def l2_normalize(x: Tensor, eps: float = 1e-6) -> Tensor:
