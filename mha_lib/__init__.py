@@ -42,8 +42,9 @@ tools:
   collectives, heads split over ranks (tensor parallelism, SmolLM2 sharded over
   three processes), a sequence split over a ring (ring attention) (notebook 14);
 - `linear_attention/`: attention with a fixed-size state: linear attention, the
-  delta rule and the gated delta rule (one step, step by step, chunked), and
-  Qwen3.5's gated DeltaNet layer with its cache (notebook 16).
+  delta rule and the gated delta rule (one step, step by step, chunked),
+  Qwen3.5's gated DeltaNet layer with its cache, its hybrid decoder, and the recall
+  sweep at an equal state/cache budget (notebook 16).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
 numpy|torch|efficient|triton|rope|mla|llm|deltanet|binder`), `data` (cached sweeps, read with
 `importlib.resources`).

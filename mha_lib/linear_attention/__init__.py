@@ -4,7 +4,7 @@ Serves notebook 16 (beyond softmax). Read first: `update_rules`, from `linear_at
 `linear_attention_recurrence` (the same outputs, once as masked QKᵀ without a softmax and once
 as a state S_t = S_{t-1} + k_t v_tᵀ) to `gated_delta_step` (decay, erase, write, read: four
 lines) and `gated_delta_rule`, its chunked form; then `gated_deltanet`, Qwen3.5's layer around
-it. This package imports torch, so it is imported explicitly
+it, and `hybrid`, Qwen3.5's decoder around that. This package imports torch, so it is imported explicitly
 (`from mha_lib.linear_attention import gated_delta_rule`); `import mha_lib` stays numpy-only.
 
 A module per idea:
@@ -15,13 +15,29 @@ A module per idea:
 - `gated_deltanet`: `GatedDeltaNet`, equal to transformers' `Qwen3_5GatedDeltaNet`
   (`from_hf`): projections, short causal convolution, L2-normalised q and k, the decay
   g = −exp(A_log)·softplus(a + dt_bias), β = sigmoid(b), the gated RMSNorm; and
-  `GatedDeltaNetCache`, its fixed-size memory for decoding.
+  `GatedDeltaNetCache`, its fixed-size memory for decoding;
+- `hybrid`: `HybridLM`, Qwen3.5's text decoder, equal to transformers' `Qwen3_5ForCausalLM`
+  (`from_hf`): notebook 12's `DecoderLM` whose "linear_attention" blocks mix tokens with a
+  `GatedDeltaNet`, its one loop over the layers and its `generate` unchanged;
+- `recall`: notebook 11's associative-recall task at an equal state/cache budget, softmax
+  attention against linear attention, DeltaNet, gated DeltaNet and a 3:1 hybrid, over seeds
+  (`python -m mha_lib.linear_attention.recall`, cached in `mha_lib/data`).
+
+Edges: `efficient` the recall sweep runs notebook 11's task, models and training loop
+(`efficient.recall`).
 
 Notation: q, k (B, h, N, d_k), v (B, h, N, d_v); g (B, h, N) log-decays ≤ 0; beta (B, h, N)
 write strengths in [0, 1]; the state S (B, h, d_k, d_v), read as o_t = S_tᵀ q_t / √d_k.
 """
 
-from .gated_deltanet import GatedDeltaNet, GatedDeltaNetCache, GatedRMSNorm, l2_normalize
+from .gated_deltanet import (
+    GatedDeltaNet,
+    GatedDeltaNetCache,
+    GatedRMSNorm,
+    initial_decays,
+    l2_normalize,
+)
+from .hybrid import HybridConfig, HybridLM
 from .update_rules import (
     delta_rule,
     gated_delta_recurrence,
@@ -35,10 +51,13 @@ __all__ = [
     "GatedDeltaNet",
     "GatedDeltaNetCache",
     "GatedRMSNorm",
+    "HybridConfig",
+    "HybridLM",
     "delta_rule",
     "gated_delta_recurrence",
     "gated_delta_rule",
     "gated_delta_step",
+    "initial_decays",
     "l2_normalize",
     "linear_attention",
     "linear_attention_recurrence",

@@ -110,8 +110,10 @@ class GatedDeltaNet(nn.Module):
         ours.load_state_dict(layer.state_dict())  # the same names and shapes, every one
         return ours
 
-    def new_cache(self, batch_size: int) -> GatedDeltaNetCache:
-        """An empty cache for `batch_size` sequences: zeros, in the layer's dtype and device."""
+    def new_cache(self, batch_size: int, max_len: int | None = None) -> GatedDeltaNetCache:
+        """An empty cache for `batch_size` sequences: zeros, in the layer's dtype and device.
+        max_len is taken, as a decoder passes it to every layer, and not needed: the cache's size
+        does not depend on the length."""
         B = check_int(batch_size, "batch_size", 1)
         w = self.in_proj_qkv.weight
         h_v, d_k, d_v = self.num_value_heads, self.key_head_dim, self.value_head_dim
@@ -120,8 +122,28 @@ class GatedDeltaNet(nn.Module):
             state=w.new_zeros(B, h_v, d_k, d_v),
         )
 
-    def forward(self, x: Tensor, cache: GatedDeltaNetCache | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        cache: GatedDeltaNetCache | None = None,
+        *,
+        positions: Tensor | None = None,
+        attention=None,
+        head_mask: Tensor | None = None,
+    ) -> Tensor:
+        """x (B, N, C) -> (B, N, C), continuing from the cache's tokens when one is given.
+
+        The keywords are those a decoder block passes to its mixer (`mha_lib.nn.DecoderBlock`):
+        positions and attention are not needed (the order of the tokens is the order of the
+        writes; there is no softmax to swap), head_mask (h_v,) scales each value head's output
+        before the norm's gate and W_O (0 removes it), as it scales an attention head's.
+        """
         self._check_input(x, cache)
+        if head_mask is not None and tuple(head_mask.shape) != (self.num_value_heads,):
+            raise ValueError(
+                f"head_mask has shape {tuple(head_mask.shape)}; expected (h_v,) = "
+                f"({self.num_value_heads},), one entry per value head of this layer"
+            )
         B, N, _ = x.shape
         h_k, h_v = self.num_key_heads, self.num_value_heads
         d_k, d_v, K = self.key_head_dim, self.value_head_dim, self.conv_kernel_size
@@ -163,6 +185,8 @@ class GatedDeltaNet(nn.Module):
         # 6. each head's output normalised and gated by z, then projected back to C
         z = self.in_proj_z(x).reshape(B, N, h_v, d_v)  # (B, N, h_v, d_v)
         o = self.norm(o.transpose(1, 2), z)  # (B, N, h_v, d_v)
+        if head_mask is not None:
+            o = o * head_mask.view(1, 1, h_v, 1).to(o.dtype)  # 0 removes a head
         return self.out_proj(o.reshape(B, N, h_v * d_v))  # (B, N, C)
 
     def _check_input(self, x, cache) -> None:
@@ -193,15 +217,38 @@ class GatedDeltaNetCache:
     one stays at B·(conv_dim·(K − 1) + h_v·d_k·d_v) numbers.
     """
 
+    rolling = False  # it forgets by decaying, never by dropping tokens: any n at a time
+
     def __init__(self, conv_state: Tensor, state: Tensor) -> None:
         self.conv_state = conv_state  # (B, conv_dim, K − 1)
         self.state = state  # (B, h_v, d_k, d_v)
         self.length = 0
 
     @property
+    def seen(self) -> int:
+        """Tokens seen so far, the position of the next one (what a decoder's cache asks)."""
+        return self.length
+
+    @property
     def nbytes(self) -> int:
         """Bytes held by the two tensors (the same after 1 token or a million)."""
         return sum(t.numel() * t.element_size() for t in (self.conv_state, self.state))
+
+    def check(self, batch_size: int, n: int) -> None:
+        """Raise ValueError unless a step for batch_size sequences fits: any n tokens do."""
+        if batch_size != self.state.shape[0]:
+            raise ValueError(
+                f"input_ids has batch {batch_size}; the cache was made for {self.state.shape[0]}"
+            )
+
+    def truncate(self, length: int) -> None:
+        """Only to the tokens seen: a state cannot forget its last tokens (they are summed in)."""
+        check_int(length, "length", 0)
+        if length != self.length:
+            raise ValueError(
+                f"a gated-DeltaNet cache holds a state of {self.length} tokens and cannot go back "
+                f"to {length}: its tokens are summed into the state (decode again from a copy)"
+            )
 
 
 class GatedRMSNorm(nn.Module):

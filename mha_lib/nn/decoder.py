@@ -31,7 +31,11 @@ The seams, so that what builds on the model adds to it and never writes its loop
   cache (StreamingLLM) or at the text positions (`model.new_sink_cache(..., rope_positions=)`);
 - `DecoderAttention.qkv(x, positions)` gives one layer's rotated queries, keys and values, for
   the measures; `DecoderBlock(config, attention=...)` takes another attention module (notebook
-  14's ranks give each block their share of the heads).
+  14's ranks give each block their share of the heads) or another token mixer;
+- `DecoderConfig.layer_types` names each layer's mixer as transformers does ("full_attention",
+  "linear_attention") and `DecoderLM.new_layer(l)` builds block l: a part that brings another
+  mixer overrides it (notebook 16's `mha_lib.linear_attention.HybridLM`, whose gated-DeltaNet
+  layers keep a state in their cache entry instead of keys and values).
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..positions import rope, rope_permutation
+from ..pytorch import merge_heads
 from .backends import AttentionFn, RecordWeights, resolve_attention
 from .gqa import GroupedQueryAttention
 from .kv_cache import DecoderCache
 
 __all__ = [
+    "LAYER_TYPES",
     "DecoderAttention",
     "DecoderBlock",
     "DecoderConfig",
@@ -58,6 +64,10 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------- configuration
+
+# the token mixers a layer may have, by transformers' names: softmax attention over every
+# earlier token, or a fixed-size state (a gated-DeltaNet layer, `mha_lib.linear_attention`)
+LAYER_TYPES = ("full_attention", "linear_attention")
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,28 @@ class DecoderConfig:
     eos_token_id: int | None = None
     qk_norm: bool = False  # an RMSNorm over each head's q and k before RoPE (Qwen3, Gemma 3)
     rope_dim: int | None = None  # RoPE on the first rope_dim of each head's d (None: all d)
+    # each head's output times sigmoid(x W_G) before W_O (Qwen3.5's full-attention layers)
+    attn_output_gate: bool = False
+    # per layer, transformers' name of its token mixer (`LAYER_TYPES`); None: all full attention
+    layer_types: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.layer_types is None:
+            return
+        L = self.num_layers
+        if not isinstance(self.layer_types, list | tuple) or len(self.layer_types) != L:
+            raise ValueError(
+                f"layer_types is {self.layer_types!r}; expected a tuple of num_layers = {L} "
+                f"names, one per layer"
+            )
+        for l, kind in enumerate(self.layer_types):
+            if kind not in LAYER_TYPES:
+                raise ValueError(f"layer_types[{l}] = {kind!r}; expected one of {LAYER_TYPES}")
+        object.__setattr__(self, "layer_types", tuple(self.layer_types))  # hashable, frozen
+
+    def layer_type(self, layer: int) -> str:
+        """The token mixer of layer `layer`: "full_attention" unless layer_types says another."""
+        return "full_attention" if self.layer_types is None else self.layer_types[layer]
 
     @classmethod
     def from_gguf(cls, f) -> DecoderConfig:
@@ -163,11 +195,14 @@ class DecoderAttention(GroupedQueryAttention):
     themselves. `rotate` is RoPE, with the model's base and layout; `qkv(x, positions)` gives
     the rotated q, k and v, for the measures.
 
-    Two options of later models, from the config: `qk_norm` gives each head's queries and keys
+    Three options of later models, from the config: `qk_norm` gives each head's queries and keys
     an RMSNorm of their own over d (`q_norm`, `k_norm`, weights shared by the heads) before
     RoPE, so a score's size no longer grows with the size of x (Qwen3, Gemma 3); `rope_dim`
     turns only the first rope_dim numbers of each head and passes the rest as they are
-    (partial rotary: Qwen3.5's full-attention layers).
+    (partial rotary: Qwen3.5's full-attention layers); `attn_output_gate` multiplies the heads'
+    outputs, number by number, by sigmoid(x W_G) before W_O (`gate_proj`, W_G (C, h·d): Qwen3.5's
+    full-attention layers, whose q_proj yields queries and gate together), so a head can send
+    nothing when it has nothing to add.
     """
 
     causal = True
@@ -183,6 +218,16 @@ class DecoderAttention(GroupedQueryAttention):
             self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)  # (d,)
         else:
             self.q_norm = self.k_norm = None
+        h, d = config.num_heads, config.head_dim
+        self.gate_proj = nn.Linear(C, h * d, bias=False) if config.attn_output_gate else None
+
+    def output(self, heads: Tensor, x: Tensor) -> Tensor:
+        """heads (B, h, n, d) -> (B, n, C): merged, gated by sigmoid(x W_G) when the config asks
+        for the output gate, then W_O."""
+        o = merge_heads(heads)  # (B, n, h·d)
+        if self.gate_proj is not None:
+            o = o * torch.sigmoid(self.gate_proj(x))  # (B, n, h·d), x the layer's input
+        return self.out_proj(o)  # (B, n, C)
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, n, C) -> q (B, h, n, d), k, v (B, h_kv, n, d), q and k normalised per head when
@@ -205,8 +250,10 @@ class DecoderAttention(GroupedQueryAttention):
 class DecoderBlock(nn.Module):
     """One pre-norm layer: x + attention(norm1(x)), then + mlp(norm2(x)) (notebook 04's form).
 
-    attention: the layer's attention module (default: a `DecoderAttention` of the config's
-    sizes); notebook 14's ranks give each block their own share of the heads.
+    attention: the layer's token mixer (default: a `DecoderAttention` of the config's sizes);
+    notebook 14's ranks give each block their own share of the heads, notebook 16's hybrid
+    gives some blocks a gated-DeltaNet layer. The block calls it as mixer(x, positions=,
+    cache=, attention=, head_mask=) and adds what it returns, (B, n, C).
     """
 
     def __init__(
@@ -225,7 +272,8 @@ class DecoderBlock(nn.Module):
 
     def forward(self, x: Tensor, positions: Tensor, cache=None, attention=None,
                 head_mask=None) -> Tensor:  # fmt: skip
-        x = x + self.self_attn(self.norm1(x), positions, cache, attention, head_mask)
+        x = x + self.self_attn(self.norm1(x), positions=positions, cache=cache,
+                               attention=attention, head_mask=head_mask)  # fmt: skip
         return x + self.mlp(self.norm2(x))  # (B, n, C)
 
 
@@ -263,9 +311,7 @@ class DecoderLM(nn.Module):
         if embed.device.type != "meta":  # (on the meta device, initialising loads sympy)
             nn.init.normal_(embed)  # nn.Embedding's own initialisation
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size, _weight=embed)
-        self.layers = nn.ModuleList(
-            DecoderBlock(config, rope_interleaved) for _ in range(config.num_layers)
-        )
+        self.layers = nn.ModuleList(self.new_layer(l) for l in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         # tied: the output projection IS the embedding matrix (stored once)
         self.lm_head = (
@@ -273,6 +319,17 @@ class DecoderLM(nn.Module):
             if config.tie_embeddings
             else nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         )
+
+    def new_layer(self, layer: int) -> nn.Module:
+        """Block `layer`, of the kind the config's layer_types names: softmax attention here; a
+        part with another token mixer overrides this (`mha_lib.linear_attention.HybridLM`)."""
+        kind = self.config.layer_type(layer)
+        if kind != "full_attention":
+            raise ValueError(
+                f"layer_types[{layer}] = {kind!r}: DecoderLM builds 'full_attention' layers only "
+                "(a 'linear_attention' layer needs mha_lib.linear_attention.HybridLM)"
+            )
+        return DecoderBlock(self.config, self.rope_interleaved)
 
     @property
     def output_weight(self) -> Tensor:
@@ -301,6 +358,8 @@ class DecoderLM(nn.Module):
         with torch.no_grad():
             for layer in self.layers:
                 attn = layer.self_attn
+                if not isinstance(attn, DecoderAttention):
+                    continue  # a token mixer without RoPE
                 for proj in (attn.q_proj, attn.k_proj):
                     w = proj.weight  # (heads·d, C)
                     w.copy_(w.view(-1, d, w.shape[1])[:, order].reshape(w.shape))

@@ -258,4 +258,9 @@ class GroupedQueryAttention(nn.Module):
             heads = sdpa_attention(q, k, v)  # (B, h, n, d)
         if head_mask is not None:
             heads = heads * head_mask.view(1, -1, 1, 1).to(heads.dtype)  # 0 removes a head
+        return self.output(heads, x)  # (B, n, C)
+
+    def output(self, heads: Tensor, x: Tensor) -> Tensor:
+        """heads (B, h, n, d) -> (B, n, C): the heads merged side by side, then W_O. x, the
+        layer's input (B, n, C), is for a subclass that gates the heads with it."""
         return self.out_proj(merge_heads(heads))  # (B, n, C)

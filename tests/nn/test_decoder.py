@@ -349,3 +349,71 @@ def test_partial_rope_turns_the_first_rope_dim_numbers_only():
     assert_close(out[..., 4:], x[..., 4:], rtol=0, atol=0)
     with pytest.raises(ValueError, match="rope_dim = 4"):
         DecoderLM(cfg).set_rope_layout(True)
+
+
+# ------------------------------------------------------------------ the output gate, layer types
+
+
+def test_the_output_gate_equals_transformers_qwen3_5_attention():
+    """Qwen3.5's full-attention layer (QK-norm, partial RoPE on a quarter of d, the sigmoid
+    output gate carried by q_proj) against DecoderAttention with the three options; its norms
+    are zero-centred (1 + w) and its q_proj holds each head's d query rows, then d gate rows."""
+    from transformers import Qwen3_5TextConfig
+    from transformers.models.qwen3_5.modeling_qwen3_5 import (
+        Qwen3_5Attention,
+        Qwen3_5TextRotaryEmbedding,
+    )
+
+    hf_cfg = Qwen3_5TextConfig(vocab_size=11, hidden_size=24, intermediate_size=8,
+                               num_hidden_layers=1, layer_types=["full_attention"],
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                               max_position_embeddings=64)  # fmt: skip
+    hf_cfg._attn_implementation = "sdpa"
+    hf = Qwen3_5Attention(hf_cfg, 0).double().eval()
+    gen = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.copy_(0.4 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+    cfg = DecoderConfig(vocab_size=11, hidden_size=24, num_layers=1, num_heads=4, num_kv_heads=2,
+                        head_dim=8, intermediate_size=8, rope_base=10000.0, rms_norm_eps=1e-6,
+                        context_length=64, qk_norm=True, rope_dim=2,
+                        attn_output_gate=True)  # fmt: skip
+    ours = DecoderLM(cfg).double().layers[0].self_attn
+    q_and_gate = hf.q_proj.weight.view(4, 16, 24)  # (h, 2d, C)
+    with torch.no_grad():
+        ours.q_proj.weight.copy_(q_and_gate[:, :8].reshape(32, 24))
+        ours.gate_proj.weight.copy_(q_and_gate[:, 8:].reshape(32, 24))
+        for mine, theirs in ((ours.k_proj, hf.k_proj), (ours.v_proj, hf.v_proj),
+                             (ours.out_proj, hf.o_proj)):  # fmt: skip
+            mine.weight.copy_(theirs.weight)
+        ours.q_norm.weight.copy_(1 + hf.q_norm.weight)
+        ours.k_norm.weight.copy_(1 + hf.k_norm.weight)
+    x = torch.randn(2, 9, 24, generator=gen, dtype=torch.float64)
+    positions = torch.arange(9)
+    cos_sin = Qwen3_5TextRotaryEmbedding(hf_cfg)(x, positions[None].expand(2, 9))
+    with torch.no_grad():
+        expected, _ = hf(x, cos_sin, None)
+        assert_close(ours(x, positions), expected, rtol=0, atol=RAND_ATOL)
+        gated = ours(x, positions)
+        ours.gate_proj.weight.zero_()  # sigmoid(0) = 1/2: every number passes at half
+        half = ours(x, positions)
+        ours.gate_proj = None  # no gate: W_O of the merged heads
+        ungated = ours(x, positions)
+    assert_close(2 * half, ungated, rtol=0, atol=1e-12)
+    assert not torch.allclose(gated, ungated)
+
+
+def test_layer_types_name_each_layers_mixer_and_unknown_names_are_refused():
+    base = dict(vocab_size=11, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
+                head_dim=8, intermediate_size=8, rope_base=100.0, rms_norm_eps=1e-6,
+                context_length=32)  # fmt: skip
+    cfg = DecoderConfig(**base, layer_types=["full_attention", "full_attention"])
+    assert cfg.layer_types == ("full_attention", "full_attention")  # a tuple, hashable
+    assert DecoderConfig(**base).layer_type(1) == "full_attention"
+    with pytest.raises(ValueError, match=r"layer_types\[1\] = 'mamba'; expected one of"):
+        DecoderConfig(**base, layer_types=("full_attention", "mamba"))
+    with pytest.raises(ValueError, match=r"expected a tuple of num_layers = 2 names"):
+        DecoderConfig(**base, layer_types=("full_attention",))
+    linear = DecoderConfig(**base, layer_types=("linear_attention", "full_attention"))
+    with pytest.raises(ValueError, match=r"layer_types\[0\] = 'linear_attention'.*HybridLM"):
+        DecoderLM(linear)
