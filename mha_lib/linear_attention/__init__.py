@@ -4,8 +4,9 @@ Serves notebook 16 (beyond softmax). Read first: `update_rules`, from `linear_at
 `linear_attention_recurrence` (the same outputs, once as masked QKᵀ without a softmax and once
 as a state S_t = S_{t-1} + k_t v_tᵀ) to `gated_delta_step` (decay, erase, write, read: four
 lines) and `gated_delta_rule`, its chunked form; then `gated_deltanet`, Qwen3.5's layer around
-it, and `hybrid`, Qwen3.5's decoder around that. This package imports torch, so it is imported explicitly
-(`from mha_lib.linear_attention import gated_delta_rule`); `import mha_lib` stays numpy-only.
+it, and `hybrid`, Qwen3.5's decoder around that. This package imports torch, so it is imported
+explicitly (`from mha_lib.linear_attention import gated_delta_rule`); `import mha_lib` stays
+numpy-only.
 
 A module per idea:
 - `update_rules`: how each rule writes and reads its state (B, h, d_k, d_v): linear
