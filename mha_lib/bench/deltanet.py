@@ -3,9 +3,11 @@ and against transformers, and one decoding step against softmax attention's.
 
 float32 on the CPU by default, (B, h, d_k, d_v) = (1, 8, 128, 128), unit queries and keys (as the
 layer gives them); medians of interleaved rounds in one run, reported as ratios:
-1. a whole sequence of N = 4096 tokens: `gated_delta_rule` (chunks of 64) against
-   `gated_delta_recurrence` (one `gated_delta_step` per token; the goal: chunked at least 5×
-   faster) and against transformers' `torch_chunk_gated_delta_rule` on the same inputs, given in
+1. a whole sequence of N = 4096 tokens, on the CPU threads torch uses (`--threads`; the report
+   and the tables say how many: step by step, the per-token products are too small to share
+   between threads, so the ratio depends on the thread count): `gated_delta_rule` (chunks of 64)
+   against `gated_delta_recurrence` (one `gated_delta_step` per token; the goal: chunked at least
+   5× faster) and against transformers' `torch_chunk_gated_delta_rule` on the same inputs, given in
    its (B, N, h, d) layout (the goal: at least 0.8× its speed). Without flash-linear-attention,
    which the series never installs, transformers runs that reference PyTorch function itself. The
    three outputs and final states are asserted to agree before anything is timed;
@@ -140,10 +142,10 @@ def bench_decode(S, sizes, device, repeats, steps: int = 20) -> list[dict]:
 
 def markdown(numbers: dict) -> list[str]:
     """docs/benchmarks.md's two tables from the JSON that --json writes."""
-    s = numbers["sequence"]
+    s, threads = numbers["sequence"], numbers["threads"]
     lines = [
-        f"| the whole sequence, N = {s['N']}, h = {s['h']}, d = {s['d']} | ms "
-        "| its time / chunked's |",
+        f"| the whole sequence, N = {s['N']}, h = {s['h']}, d = {s['d']}, "
+        f"{threads} thread{'s' if threads > 1 else ''} | ms | its time / chunked's |",
         "|---|---|---|",
         f"| chunked (chunks of {s['chunk_size']}) | {s['chunked_ms']:.1f} | |",
         f"| step by step | {s['recurrence_ms']:.1f} | {s['recurrence_over_chunked']:.1f}× |",
@@ -167,13 +169,14 @@ def markdown(numbers: dict) -> list[str]:
 
 
 def report(numbers: dict) -> None:
-    s, rows = numbers["sequence"], numbers["decode"]
-    print(f"the whole sequence, N = {s['N']}:")
+    s, rows, threads = numbers["sequence"], numbers["decode"], numbers["threads"]
+    print(f"the whole sequence, N = {s['N']}, on {threads} CPU thread{'s' if threads > 1 else ''}:")
     print(f"  {'chunked, chunks of ' + str(s['chunk_size']):<30}{s['chunked_ms']:10.1f} ms")
     goal = "met" if s["recurrence_over_chunked"] >= 5 else "NOT met"
     print(
         f"  {'step by step, ' + str(s['N']) + ' steps':<30}{s['recurrence_ms']:10.1f} ms   "
-        f"chunked is {s['recurrence_over_chunked']:.1f}x faster (goal: at least 5x, {goal})"
+        f"chunked is {s['recurrence_over_chunked']:.1f}x faster with {threads} thread"
+        f"{'s' if threads > 1 else ''} (goal: at least 5x, {goal})"
     )
     if "transformers_ms" in s:
         goal = "met" if s["transformers_over_chunked"] >= 0.8 else "NOT met"

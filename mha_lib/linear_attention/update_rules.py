@@ -162,8 +162,9 @@ def gated_delta_rule(
     U = W − K_c S_0, where W = T β V and K_c = T (β exp(γ) K) do not depend on the state. Then
         S_C = exp(γ_C) S_0 + (exp(γ_C − γ) K)ᵀ U           (the state handed to the next chunk)
         O   = (exp(γ) Q) S_0 + (Q Kᵀ ∘ D) U                (the state's part + the chunk's part).
-    Only the state needs a loop over the chunks (two matrix products per chunk); the outputs of
-    every chunk are then computed at once from the state each chunk started with.
+    Everything that does not depend on the state is computed for every chunk at once; the loop
+    over the chunks does three matrix products each (U, the state's part of O, S_C), each fused
+    with the addition beside it.
     `erase=False` removes the erase term: U = β V.
     q, k (B, h, N, d_k), v (B, h, N, d_v), g (B, h, N) ≤ 0, beta (B, h, N) in [0, 1],
     initial_state (B, h, d_k, d_v) or None (zeros)
@@ -180,43 +181,43 @@ def gated_delta_rule(
         # (it keeps the state as it is), so the final state is the last real token's
         q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
         g, beta = (F.pad(x, (0, pad)) for x in (g, beta))
-    n = (N + pad) // C  # chunks
-    q = q.reshape(B, h, n, C, d_k) * d_k**-0.5  # (B, h, n, C, d_k)
-    k = k.reshape(B, h, n, C, d_k)  # (B, h, n, C, d_k)
-    v = v.reshape(B, h, n, C, d_v)  # (B, h, n, C, d_v)
-    g, beta = g.reshape(B, h, n, C), beta.reshape(B, h, n, C)  # (B, h, n, C)
+    n, BH = (N + pad) // C, B * h  # chunks; the sequences' heads, one batch of matrices
+    q = q.reshape(BH, n, C, d_k) * d_k**-0.5  # (BH, n, C, d_k)
+    k = k.reshape(BH, n, C, d_k)  # (BH, n, C, d_k)
+    v = v.reshape(BH, n, C, d_v)  # (BH, n, C, d_v)
+    g, beta = g.reshape(BH, n, C), beta.reshape(BH, n, C)  # (BH, n, C)
+    S = S.reshape(BH, d_k, d_v)  # (BH, d_k, d_v)
 
     # inside every chunk at once
-    gamma = g.cumsum(-1)  # (B, h, n, C): log of the decay from the chunk's start to token i
+    gamma = g.cumsum(-1)  # (BH, n, C): log of the decay from the chunk's start to token i
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()  # (C, C): j ≤ i
     D = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(~causal, -torch.inf).exp()
-    # D (B, h, n, C, C): the decay from token j to token i, 0 for j > i
-    k_beta = k * beta[..., None]  # (B, h, n, C, d_k): β_i k_i
+    # D (BH, n, C, C): the decay from token j to token i, 0 for j > i
+    k_beta = k * beta[..., None]  # (BH, n, C, d_k): β_i k_i
+    W = v * beta[..., None]  # (BH, n, C, d_v): β_i v_i, what each token writes without erase
+    K_c = None
     if erase:
-        L = (k_beta @ k.transpose(-1, -2) * D).tril(-1)  # (B, h, n, C, C)
+        L = (k_beta @ k.mT * D).tril(-1)  # (BH, n, C, C)
         eye = torch.eye(C, dtype=q.dtype, device=q.device).expand_as(L)
         T = torch.linalg.solve_triangular(L, eye, upper=False, unitriangular=True)  # (I + L)⁻¹
-        W = T @ (v * beta[..., None])  # (B, h, n, C, d_v)
-        K_c = T @ (k_beta * gamma.exp()[..., None])  # (B, h, n, C, d_k)
-    else:  # nothing erased: u_i = β_i v_i
-        W, K_c = v * beta[..., None], torch.zeros_like(k)
-    # the keys decayed to the chunk's end, and the whole chunk's decay
-    k_state = k * (gamma[..., -1:] - gamma).exp()[..., None]  # (B, h, n, C, d_k)
-    chunk_decay = gamma[..., -1].exp()[..., None, None]  # (B, h, n, 1, 1)
+        W = T @ W  # (BH, n, C, d_v)
+        K_c = T @ (k_beta * gamma.exp()[..., None])  # (BH, n, C, d_k)
+    # the keys decayed to the chunk's end and the whole chunk's decay (for the state), the
+    # queries decayed from the chunk's start (to read the state), q_i·k_j decayed from j to i
+    k_state = (k * (gamma[..., -1:] - gamma).exp()[..., None]).mT  # (BH, n, d_k, C)
+    chunk_decay = gamma[..., -1].exp()[..., None, None]  # (BH, n, 1, 1)
+    q_state = q * gamma.exp()[..., None]  # (BH, n, C, d_k)
+    P = q @ k.mT * D  # (BH, n, C, C), j ≤ i
 
-    # across chunks, through the state: the only loop
-    S_in, U = [], []  # the state entering each chunk, what each chunk's tokens write
+    # across chunks, through the state: the only loop, three products per chunk (each
+    # baddbmm(A, X, Y) = A + X @ Y in one pass). Chunk c's tokens write U = W − K_c S, read
+    # the state they started with plus their own writes, and hand on the decayed state
+    o = v.new_empty(BH, n, C, d_v)
     for c in range(n):
-        S_in.append(S)  # (B, h, d_k, d_v)
-        U.append(W[:, :, c] - K_c[:, :, c] @ S)  # (B, h, C, d_v)
-        S = chunk_decay[:, :, c] * S + k_state[:, :, c].transpose(-1, -2) @ U[c]
-    S_in, U = torch.stack(S_in, dim=2), torch.stack(U, dim=2)  # (B, h, n, d_k | C, d_v)
-
-    # every chunk's outputs at once: the state it started with, read by its queries decayed to
-    # token i, plus its own tokens' writes
-    P = q @ k.transpose(-1, -2) * D  # (B, h, n, C, C): q_i·k_j decayed from j to i, j ≤ i
-    o = (q * gamma.exp()[..., None]) @ S_in + P @ U  # (B, h, n, C, d_v)
-    return o.reshape(B, h, n * C, d_v)[:, :, :N], S
+        U = W[:, c] if K_c is None else torch.baddbmm(W[:, c], K_c[:, c], S, alpha=-1)
+        o[:, c] = torch.baddbmm(P[:, c] @ U, q_state[:, c], S)  # (BH, C, d_v)
+        S = torch.baddbmm(S * chunk_decay[:, c], k_state[:, c], U)  # (BH, d_k, d_v)
+    return o.reshape(B, h, n * C, d_v)[:, :, :N], S.reshape(B, h, d_k, d_v)
 
 
 def delta_rule(
