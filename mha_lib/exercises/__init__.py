@@ -43,8 +43,10 @@ from .nb14 import *  # noqa: F403
 from .nb14 import __all__ as _nb14
 from .nb15 import *  # noqa: F403  (imports gguf and torch only when a checker runs)
 from .nb15 import __all__ as _nb15
+from .nb16 import *  # noqa: F403
+from .nb16 import __all__ as _nb16
 
 __all__ = [
     *_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb06, *_nb07, *_nb11, *_nb12, *_nb13, *_nb14,
-    *_nb15,
+    *_nb15, *_nb16,
 ]  # fmt: skip
