@@ -20,6 +20,9 @@ A module per idea:
 - `hybrid`: `HybridLM`, Qwen3.5's text decoder, equal to transformers' `Qwen3_5ForCausalLM`
   (`from_hf`): notebook 12's `DecoderLM` whose "linear_attention" blocks mix tokens with a
   `GatedDeltaNet`, its one loop over the layers and its `generate` unchanged;
+- `reference`: transformers' logits and greedy tokens on a tiny random Qwen3.5, stored
+  (`python -m mha_lib.linear_attention.reference`), so that the notebook checks `HybridLM`
+  against them without importing transformers;
 - `recall`: notebook 11's associative-recall task at an equal state/cache budget, softmax
   attention against linear attention, DeltaNet, gated DeltaNet and a 3:1 hybrid, over seeds
   (`python -m mha_lib.linear_attention.recall`, cached in `mha_lib/data`).
@@ -38,7 +41,7 @@ from .gated_deltanet import (
     initial_decays,
     l2_normalize,
 )
-from .hybrid import HybridConfig, HybridLM
+from .hybrid import QWEN3_5_27B, HybridConfig, HybridLM, state_numbers
 from .update_rules import (
     delta_rule,
     gated_delta_recurrence,
@@ -49,6 +52,7 @@ from .update_rules import (
 )
 
 __all__ = [
+    "QWEN3_5_27B",
     "GatedDeltaNet",
     "GatedDeltaNetCache",
     "GatedRMSNorm",
@@ -62,4 +66,5 @@ __all__ = [
     "l2_normalize",
     "linear_attention",
     "linear_attention_recurrence",
+    "state_numbers",
 ]

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from ..nn.decoder import DecoderBlock, DecoderConfig, DecoderLM
 from .gated_deltanet import GatedDeltaNet
 
-__all__ = ["HybridConfig", "HybridLM"]
+__all__ = ["QWEN3_5_27B", "HybridConfig", "HybridLM", "state_numbers"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,16 @@ class HybridConfig(DecoderConfig):
 
     @classmethod
     def from_hf(cls, config) -> HybridConfig:
-        """Every number from transformers' `Qwen3_5TextConfig` (dense MLP, default RoPE)."""
+        """Every number from transformers' `Qwen3_5TextConfig` (dense MLP, default RoPE), or from
+        a dict of its fields (a config.json's text_config)."""
+        if isinstance(config, dict):
+            from types import SimpleNamespace
+
+            config = SimpleNamespace(**{"layer_types": None, "rope_parameters": None,
+                                        "attention_bias": False, "hidden_act": "silu",
+                                        "tie_word_embeddings": False, "bos_token_id": None,
+                                        "eos_token_id": None, "rms_norm_eps": 1e-6,
+                                        **config})  # fmt: skip
         if getattr(config, "model_type", None) != "qwen3_5_text":
             raise ValueError(
                 f"config is a {getattr(config, 'model_type', type(config).__name__)!r} "
@@ -139,12 +148,57 @@ class HybridLM(DecoderLM):
                 f"model is a {type(model).__name__}; expected transformers' Qwen3_5ForCausalLM"
             )
         config = replace(HybridConfig.from_hf(model.config), chunk_size=chunk_size)
-        weight = model.lm_head.weight
+        return cls.from_hf_state(model.state_dict(), config)
+
+    @classmethod
+    def from_hf_state(cls, state: dict[str, Tensor], config: HybridConfig) -> HybridLM:
+        """Our model from a state dict in transformers' names and layout (`from_hf` without
+        transformers), in its dtype and device."""
+        weight = state["model.embed_tokens.weight"]
         with torch.device("meta"):  # no initialisation: every weight is copied below
             ours = cls(config)
         ours = ours.to_empty(device=weight.device).to(weight.dtype)
-        ours.load_state_dict(_weights_from_hf(model.state_dict(), config))
+        ours.load_state_dict(_weights_from_hf(state, config))
         return ours.eval()
+
+    def hf_state_dict(self) -> dict[str, Tensor]:
+        """Our weights in transformers' names and layout (what `from_hf_state` reads): the
+        norms as w = weight − 1, q_proj's rows interleaved with gate_proj's, head by head."""
+        c, ours = self.config, self.state_dict()
+        if not (c.qk_norm and c.attn_output_gate):
+            raise ValueError(
+                f"qk_norm = {c.qk_norm}, attn_output_gate = {c.attn_output_gate}: transformers' "
+                "Qwen3.5 layout has both"
+            )
+        h, d, C = c.num_heads, c.head_dim, c.hidden_size
+        out = {"model.embed_tokens.weight": ours["embed.weight"], "model.norm.weight":
+               ours["norm.weight"] - 1}  # fmt: skip
+        if not c.tie_embeddings:
+            out["lm_head.weight"] = ours["lm_head.weight"]
+        for l, kind in enumerate(c.layer_types or ("full_attention",) * c.num_layers):
+            src, dst = f"layers.{l}.", f"model.layers.{l}."
+            out[dst + "input_layernorm.weight"] = ours[src + "norm1.weight"] - 1
+            out[dst + "post_attention_layernorm.weight"] = ours[src + "norm2.weight"] - 1
+            for name in ("gate_proj", "up_proj", "down_proj"):
+                out[f"{dst}mlp.{name}.weight"] = ours[f"{src}mlp.{name}.weight"]
+            mixer = src + "self_attn."
+            if kind == "linear_attention":
+                for key, value in ours.items():
+                    if key.startswith(mixer):
+                        out[dst + "linear_attn." + key[len(mixer) :]] = value
+                continue
+            q = ours[mixer + "q_proj.weight"].view(h, d, C)  # (h, d, C)
+            gate = ours[mixer + "gate_proj.weight"].view(h, d, C)
+            out[dst + "self_attn.q_proj.weight"] = torch.cat([q, gate], 1).reshape(2 * h * d, C)
+            for theirs, mine in (
+                ("k_proj", "k_proj"),
+                ("v_proj", "v_proj"),
+                ("o_proj", "out_proj"),
+            ):
+                out[f"{dst}self_attn.{theirs}.weight"] = ours[f"{mixer}{mine}.weight"]
+            for name in ("q_norm", "k_norm"):
+                out[f"{dst}self_attn.{name}.weight"] = ours[f"{mixer}{name}.weight"] - 1
+        return out
 
 
 def _weights_from_hf(hf: dict[str, Tensor], config: HybridConfig) -> dict[str, Tensor]:
@@ -178,3 +232,29 @@ def _weights_from_hf(hf: dict[str, Tensor], config: HybridConfig) -> dict[str, T
         for name in ("q_norm", "k_norm"):
             out[f"{dst}self_attn.{name}.weight"] = 1 + hf[f"{attn}{name}.weight"]
     return out
+
+
+def state_numbers(config: HybridConfig) -> int:
+    """Numbers one sequence keeps in ONE linear layer, whatever its length: the state
+    h_v·d_k·d_v and the convolution's last K − 1 inputs of its conv_dim = 2·h_k·d_k + h_v·d_v
+    channels (`GatedDeltaNetCache`)."""
+    h_k, h_v = config.linear_num_key_heads, config.linear_num_value_heads
+    d_k, d_v = config.linear_key_head_dim, config.linear_value_head_dim
+    conv_dim = 2 * h_k * d_k + h_v * d_v
+    return h_v * d_k * d_v + conv_dim * (config.linear_conv_kernel_dim - 1)
+
+
+# Qwen3.5-27B's text decoder, as its config.json's text_config gives it (read by hand; nothing
+# is downloaded): 64 layers, every fourth full attention (full_attention_interval 4), 24 query
+# heads and 4 key/value heads of 256 in the full layers (a quarter of each rotated:
+# partial_rotary_factor 0.25), 16 key heads and 48 value heads of 128 in the linear layers,
+# a convolution of 4, max_position_embeddings 262144 (the model card's native context), and
+# mamba_ssm_dtype float32: the linear layers' states are kept in float32.
+QWEN3_5_27B = HybridConfig(
+    vocab_size=248_320, hidden_size=5120, num_layers=64, num_heads=24, num_kv_heads=4,
+    head_dim=256, intermediate_size=17_408, rope_base=10_000_000.0, rms_norm_eps=1e-6,
+    context_length=262_144, tie_embeddings=False, qk_norm=True, rope_dim=64,
+    attn_output_gate=True, layer_types=(("linear_attention",) * 3 + ("full_attention",)) * 16,
+    linear_num_key_heads=16, linear_num_value_heads=48, linear_key_head_dim=128,
+    linear_value_head_dim=128, linear_conv_kernel_dim=4,
+)  # fmt: skip
