@@ -44,6 +44,11 @@ def test_the_counts_it_states_are_what_it_counts():
     lines = sum(len((ROOT / "mha_lib" / f"{name}.py").read_text().splitlines()) for name in CORE)
     stated = int(re.search(r"is about ([\d,]+) lines", README).group(1).replace(",", ""))
     assert abs(lines - stated) <= 0.1 * stated, (lines, stated)
+    blocks = sum(len(p.read_text().splitlines()) for p in (ROOT / "mha_lib" / "nn").glob("*.py"))
+    stated = int(
+        re.search(r"`mha_lib/nn`\)\s+are about ([\d,]+) lines", README).group(1).replace(",", "")
+    )
+    assert abs(blocks - stated) <= 0.1 * stated, (blocks, stated)
 
 
 def test_every_local_link_points_at_a_file():

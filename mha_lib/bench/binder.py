@@ -125,7 +125,7 @@ def walk(paths: list[Path], out=print) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The README's table: one column per notebook."""
+    """The table of binder/README.md: one column per notebook."""
     names = [r["notebook"][:2] for r in rows]
     lines = [
         "| after | " + " | ".join(names) + " |",
@@ -144,7 +144,9 @@ def markdown(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mha_lib.bench binder", description=__doc__)
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/*.ipynb")
-    parser.add_argument("--markdown", action="store_true", help="also print the README table")
+    parser.add_argument(
+        "--markdown", action="store_true", help="also print binder/README.md's table"
+    )
     parser.add_argument(
         "--cells", action="store_true", help="one notebook: its kernel's PSS after every cell"
     )

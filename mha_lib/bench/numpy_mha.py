@@ -2,7 +2,7 @@
 against the per-head loop (both derived in notebook 03), float32, C = 512, h = 8.
 
 `--json PATH` also writes the numbers; `--markdown PATH` reads such a file and
-prints the README's table rows from it, without running anything.
+prints docs/benchmarks.md's table rows from it, without running anything.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def print_numpy(rows: list[dict], d: int, h: int) -> None:
 
 
 def markdown_numpy(numbers: dict) -> list[str]:
-    """The README's table, one line per row, from the JSON that `--json` writes."""
+    """docs/benchmarks.md's table, one line per row, from the JSON that `--json` writes."""
     lines = ["| N | loop ms | vectorised ms | loop / vectorised |", "|---|---|---|---|"]
     for r in numbers["numpy"]:
         lines.append(
@@ -70,7 +70,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 256, 1024, 2048])
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
     parser.add_argument(
-        "--markdown", metavar="PATH", help="print the README table from a --json file; run nothing"
+        "--markdown",
+        metavar="PATH",
+        help="print docs/benchmarks.md's table from a --json file; run nothing",
     )
     args = parser.parse_args(argv)
     if args.markdown:

@@ -139,7 +139,7 @@ def _row_line(r: dict) -> str:
 
 
 def markdown_triton(numbers: dict) -> list[str]:
-    """The README's table from the JSON this benchmark writes."""
+    """docs/benchmarks.md's table from the JSON this benchmark writes."""
     lines = [f"Device: {numbers['device']}; torch {numbers['torch']}, triton {numbers['triton']}."]
     if numbers.get("interpreted"):
         lines.append("Interpreter: no speed measured (correctness only).")
@@ -166,7 +166,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=16384, help="B·N, the batch from N")
     parser.add_argument("--width", type=int, default=2048, help="h·d, the heads from d")
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
-    parser.add_argument("--markdown", metavar="PATH", help="print the README table from JSON")
+    parser.add_argument(
+        "--markdown", metavar="PATH", help="print docs/benchmarks.md's table from JSON"
+    )
     args = parser.parse_args(argv)
     if args.markdown:
         with open(args.markdown) as f:

@@ -11,33 +11,20 @@ import importlib.util
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mha_lib.llm.triton_attention import triton_flash_attention
 from mha_lib.nn.backends import ATTENTIONS
-from mha_lib.nn.gqa import repeat_kv
-from mha_lib.nn.masks import bottom_right_causal_tensor
 from mha_lib.testing import assert_close
+from tests.nn.nn_inputs import ATTENTION_SHAPES, bottom_right_reference, grouped_qkv
 
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 if HAS_TRITON:  # chosen before anything else imports triton (transformers can, in other tests):
     import mha_lib.efficient.triton_flash  # noqa: F401  it picks the interpreter on a CPU
-SHAPES = [(7, 7), (3, 11), (1, 9)]  # (n, m): a prompt, a chunk against a cache, one token
+SHAPES = ATTENTION_SHAPES
 
 
-def qkv(n, m, dtype=torch.float32, seed=0, h=6, h_kv=2, d=16):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(2, h, n, d, generator=g, dtype=dtype)
-    k = torch.randn(2, h_kv, m, d, generator=g, dtype=dtype)
-    v = torch.randn(2, h_kv, m, d, generator=g, dtype=dtype)
-    return q, k, v
-
-
-def reference(q, k, v):
-    """SDPA on repeated key/value heads with the explicit bottom-right mask."""
-    g = q.shape[1] // k.shape[1]
-    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2])
-    return F.scaled_dot_product_attention(q, repeat_kv(k, g), repeat_kv(v, g), attn_mask=mask)
+def qkv(n, m, seed=0):
+    return grouped_qkv(n, m, dtype=torch.float32, seed=seed)  # float32, as the kernel runs
 
 
 def test_the_llm_package_registers_the_kernel_by_name():
@@ -48,7 +35,9 @@ def test_the_llm_package_registers_the_kernel_by_name():
 @pytest.mark.parametrize(("n", "m"), SHAPES)
 def test_the_triton_kernel_equals_masked_sdpa(n, m):
     q, k, v = qkv(n, m)
-    assert_close(triton_flash_attention(q, k, v), reference(q, k, v), rtol=0, atol=1e-5)
+    assert_close(
+        triton_flash_attention(q, k, v), bottom_right_reference(q, k, v), rtol=0, atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("name", ["flash", "triton"])

@@ -8,7 +8,6 @@ rescales a running sum tile by tile).
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from mha_lib.nn.backends import (
     ATTENTIONS,
@@ -23,23 +22,10 @@ from mha_lib.nn.backends import (
 from mha_lib.nn.gqa import repeat_kv
 from mha_lib.nn.masks import bottom_right_causal_tensor
 from mha_lib.testing import assert_close
+from tests.nn.nn_inputs import ATTENTION_SHAPES, bottom_right_reference, grouped_qkv
 
-SHAPES = [(7, 7), (3, 11), (1, 9)]  # (n, m): a prompt, a chunk against a cache, one token
-
-
-def qkv(n, m, dtype=torch.float64, seed=0, h=6, h_kv=2, d=16):
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(2, h, n, d, generator=g, dtype=dtype)
-    k = torch.randn(2, h_kv, m, d, generator=g, dtype=dtype)
-    v = torch.randn(2, h_kv, m, d, generator=g, dtype=dtype)
-    return q, k, v
-
-
-def reference(q, k, v):
-    """SDPA on repeated key/value heads with the explicit bottom-right mask."""
-    g = q.shape[1] // k.shape[1]
-    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2])
-    return F.scaled_dot_product_attention(q, repeat_kv(k, g), repeat_kv(v, g), attn_mask=mask)
+SHAPES = ATTENTION_SHAPES
+qkv, reference = grouped_qkv, bottom_right_reference
 
 
 @pytest.mark.parametrize(("n", "m"), SHAPES)
