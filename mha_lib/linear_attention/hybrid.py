@@ -234,14 +234,14 @@ def _weights_from_hf(hf: dict[str, Tensor], config: HybridConfig) -> dict[str, T
     return out
 
 
-def state_numbers(config: HybridConfig) -> int:
-    """Numbers one sequence keeps in ONE linear layer, whatever its length: the state
-    h_v·d_k·d_v and the convolution's last K − 1 inputs of its conv_dim = 2·h_k·d_k + h_v·d_v
-    channels (`GatedDeltaNetCache`)."""
+def state_numbers(config: HybridConfig) -> dict[str, int]:
+    """Numbers one sequence keeps in ONE linear layer, whatever its length (`GatedDeltaNetCache`):
+    "state", the h_v·d_k·d_v of the rule's state, and "conv", the convolution's last K − 1
+    inputs of its conv_dim = 2·h_k·d_k + h_v·d_v channels."""
     h_k, h_v = config.linear_num_key_heads, config.linear_num_value_heads
     d_k, d_v = config.linear_key_head_dim, config.linear_value_head_dim
     conv_dim = 2 * h_k * d_k + h_v * d_v
-    return h_v * d_k * d_v + conv_dim * (config.linear_conv_kernel_dim - 1)
+    return {"state": h_v * d_k * d_v, "conv": conv_dim * (config.linear_conv_kernel_dim - 1)}
 
 
 # Qwen3.5-27B's text decoder, as its config.json's text_config gives it (read by hand; nothing
