@@ -11,11 +11,12 @@ layer gives them); medians of interleaved rounds in one run, reported as ratios:
    its (B, N, h, d) layout (the goal: at least 0.8× its speed). Without flash-linear-attention,
    which the series never installs, transformers runs that reference PyTorch function itself. The
    three outputs and final states are asserted to agree before anything is timed;
-2. one decoding step after N tokens, for several N: `gated_delta_step` on the state (d_k × d_v
-   per head, whatever N) against softmax attention of one query over an N-token key/value cache
-   (`F.scaled_dot_product_attention`); the step's time should stay flat in N where softmax
-   attention's grows, and so should the bytes each keeps (the state; the cache, 2·h·N·d numbers).
-   The step's output is asserted to equal the chunked rule's on that token.
+2. one decoding step after N tokens, for several N: `gated_delta_step` on the state that N
+   tokens left (d_k × d_v per head, whatever N; each N timed on its own) against softmax
+   attention of one query over an N-token key/value cache (`F.scaled_dot_product_attention`);
+   the step's time should stay flat in N where softmax attention's grows, and so should the
+   bytes each keeps (the state; the cache, 2·h·N·d numbers). The step's output
+   is asserted to equal the chunked rule's on that token.
 `--json PATH` writes the numbers, `--markdown PATH` prints docs/benchmarks.md's tables from them.
 """
 
@@ -96,16 +97,14 @@ def bench_sequence(B, h, N, d, chunk_size, device, repeats) -> tuple[dict, torch
 
 
 def bench_decode(S, sizes, device, repeats, steps: int = 20) -> list[dict]:
-    """One decoding step after N tokens: the gated delta step on the state S (B, h, d, d) against
-    softmax attention of one query over an N-token cache. Each timed call runs `steps` steps."""
+    """One decoding step after N tokens, for each N: the gated delta step on the state that N
+    tokens left (the chunked rule run over them, a state of S's shape (B, h, d, d)) against
+    softmax attention of one query over an N-token cache; each N's step is timed on its own.
+    Each timed call runs `steps` steps."""
     B, h, d, _ = S.shape
     gen = torch.Generator().manual_seed(1)
     q, k, v, g, beta = (x[:, :, 0] for x in rule_inputs(B, h, 1, d, device, seed=2))
-    with torch.inference_mode():
-        o_step, _ = gated_delta_step(S, q, k, v, g, beta)
-        o_rule, _ = gated_delta_rule(*(x[:, :, None] for x in (q, k, v, g, beta)), 1, S)
-        if _relative(o_step, o_rule[:, :, 0]) > 1e-5:
-            raise AssertionError("the decoding step disagrees with the chunked rule")
+    q1 = q[:, :, None]  # (B, h, 1, d): the new token's query
 
     def run_steps(fn):
         def timed():
@@ -115,13 +114,19 @@ def bench_decode(S, sizes, device, repeats, steps: int = 20) -> list[dict]:
 
         return timed
 
-    fns = {"delta": run_steps(lambda: gated_delta_step(S, q, k, v, g, beta))}
+    fns = {}
     for N in sizes:
+        with torch.inference_mode():
+            _, S_N = gated_delta_rule(*rule_inputs(B, h, N, d, device, seed=3))  # (B, h, d, d)
+            o_step, _ = gated_delta_step(S_N, q, k, v, g, beta)
+            o_rule, _ = gated_delta_rule(*(x[:, :, None] for x in (q, k, v, g, beta)), 1, S_N)
+        if _relative(o_step, o_rule[:, :, 0]) > 1e-5:
+            raise AssertionError(f"the decoding step after {N} tokens disagrees with the rule")
+        fns[f"delta_{N}"] = run_steps(lambda S_N=S_N: gated_delta_step(S_N, q, k, v, g, beta))
         cache_k = torch.randn(B, h, N, d, generator=gen).to(device)  # (B, h, N, d)
         cache_v = torch.randn(B, h, N, d, generator=gen).to(device)
-        q1 = q[:, :, None]  # (B, h, 1, d): the new token's query
 
-        def softmax_step(cache_k=cache_k, cache_v=cache_v, q1=q1):
+        def softmax_step(cache_k=cache_k, cache_v=cache_v):
             return F.scaled_dot_product_attention(q1, cache_k, cache_v)
 
         fns[f"softmax_{N}"] = run_steps(softmax_step)
@@ -131,7 +136,7 @@ def bench_decode(S, sizes, device, repeats, steps: int = 20) -> list[dict]:
     return [
         {
             "N": N,
-            "delta_step_ms": 1e3 * med["delta"] / steps,
+            "delta_step_ms": 1e3 * med[f"delta_{N}"] / steps,
             "softmax_step_ms": 1e3 * med[f"softmax_{N}"] / steps,
             "state_mib": state_bytes / 2**20,
             "cache_mib": 2 * B * h * N * d * S.element_size() / 2**20,
