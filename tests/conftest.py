@@ -87,8 +87,8 @@ def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra
         if name in skip and not force:
             return
         a = t.detach().numpy()
-        if kind == "RAW":  # bytes as given, said to be Q4_K (a format the series does not read)
-            w.add_tensor(name, a.astype(np.uint8), raw_dtype=Q.Q4_K)
+        if kind == "RAW":  # bytes as given, said to be IQ4_NL (a format the series does not read)
+            w.add_tensor(name, a.astype(np.uint8), raw_dtype=Q.IQ4_NL)
             return
         a = a.astype(np.float32)
         if kind == "F32":

@@ -203,7 +203,7 @@ def test_missing_truncated_and_foreign_model_files(tmp_path, make_tiny_gguf):
 def test_an_unsupported_quantisation_type_is_refused_before_loading(tmp_path, make_tiny_gguf):
     import numpy as np
 
-    extra = {"blk.0.ffn_up.weight": (np.zeros((96, 144), dtype=np.uint8), "RAW")}
+    extra = {"blk.0.ffn_up.weight": (np.zeros((96, 36), dtype=np.uint8), "RAW")}  # 2 blocks a row
     make_tiny_gguf(tmp_path / "k.gguf", skip=("blk.0.ffn_up.weight",), extra=extra)
-    with pytest.raises(ValueError, match="'Q4_K' is not supported"):
+    with pytest.raises(ValueError, match="'IQ4_NL' is not supported"):
         load_decoder(tmp_path / "k.gguf")
