@@ -33,8 +33,9 @@ A module per idea:
 - `quantized`: `QuantizedEmbedding`, a Q8_0 tied embedding kept quantized (notebook 15);
 - `architectures`: the architectures `load_gguf` reads (llama, qwen2, qwen3, gemma3), each
   into the one decoder by its options, what their files store and the defaults they do not
-  (notebook 15); `loader.load_gguf(path)` and `load_gemma3()` -> (model, tokenizer);
-- `local_global`: notebook 13's measures on a model of sliding and global layers (notebook 15).
+  (notebook 15); `loader.load_gguf(path)` and `load_gemma3()` -> (model, tokenizer).
+Notebook 15 measures Gemma 3's sliding and global layers with notebook 13's `sinks` and
+`streaming`, unchanged.
 
 Notebook 13 measures inside the model (read `sinks`, then `streaming`, then `induction`):
 - `texts`: the English text every Python ships (32 pages of its documentation, pinned by a
