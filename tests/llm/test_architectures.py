@@ -43,7 +43,10 @@ def test_a_llama_has_no_differences_and_others_are_named(tmp_path, make_tiny_ggu
         assert cfg == DecoderConfig.from_gguf(f)  # notebook 12's reader, the same numbers
     assert differences(cfg) == []
     make_tiny_gguf(tmp_path / "x.gguf", arch="falcon")
-    with GGUFFile(tmp_path / "x.gguf") as f, pytest.raises(
-        ValueError, match=r"holds a 'falcon' model; load_gguf reads 'llama' \(Llama 2"
+    with (
+        GGUFFile(tmp_path / "x.gguf") as f,
+        pytest.raises(
+            ValueError, match=r"holds a 'falcon' model; load_gguf reads 'llama' \(Llama 2"
+        ),
     ):
         config_from_gguf(f)
