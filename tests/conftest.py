@@ -11,7 +11,10 @@ a session that uses none of them imports neither torch nor gguf for them.
 - `write_tiny_gguf(path, ...)`: a small Llama GGUF file of odd sizes, written with gguf's own
   writer the way llama.cpp's converter writes one (W_Q and W_K rows permuted to adjacent pairs,
   matrices in Q4_1, the embedding in Q8_0, norms in F32), from a random transformers model; the
-  loaders are tested on it against transformers reading the same file, in well under a second.
+  loaders are tested on it against transformers reading the same file, in well under a second;
+  `tests/gguf_files.py` writes files of the other architectures, with a vocabulary (Gemma 3
+  270M's real file and its reference are module fixtures of tests/llm/test_gemma3.py: they are
+  big, and only that module needs them).
 """
 
 from __future__ import annotations
@@ -87,8 +90,8 @@ def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra
         if name in skip and not force:
             return
         a = t.detach().numpy()
-        if kind == "RAW":  # bytes as given, said to be Q4_K (a format the series does not read)
-            w.add_tensor(name, a.astype(np.uint8), raw_dtype=Q.Q4_K)
+        if kind == "RAW":  # bytes as given, said to be IQ4_NL (a format the series does not read)
+            w.add_tensor(name, a.astype(np.uint8), raw_dtype=Q.IQ4_NL)
             return
         a = a.astype(np.float32)
         if kind == "F32":
@@ -101,7 +104,8 @@ def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra
         return t.view(heads, d, -1)[:, rope_permutation(d)].reshape(t.shape)
 
     # our parameter names link llama.cpp's (gguf_names) and transformers' (hf_names)
-    layout = SimpleNamespace(num_layers=cfg.num_hidden_layers, tie_embeddings=True, qk_norm=False)
+    layout = SimpleNamespace(num_layers=cfg.num_hidden_layers, tie_embeddings=True, qk_norm=False,
+                             sandwich_norms=False, attention_bias=False)  # fmt: skip
     to_hf = hf_names(layout)
     g = torch.Generator().manual_seed(1)
     norms = {"output_norm.weight": torch.rand(cfg.hidden_size, generator=g) + 0.5}

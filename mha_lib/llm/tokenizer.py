@@ -9,8 +9,11 @@ llama.cpp splits the text with two regular expressions, one after the other:
 1. `\\p{N}`: every digit on its own (so numbers are read digit by digit);
 2. GPT-2's: contractions, ` ?` letters, ` ?` digits, ` ?` other symbols, runs of spaces;
 then each piece is written in the byte alphabet and merged by byte-level BPE. `PRE_TOKENIZERS`
-holds those expressions; `GGUFTokenizer` builds them with the `tokenizers` library. The chat
-template, a Jinja template stored in `tokenizer.chat_template`, is rendered with jinja2's
+holds those expressions; `GGUFTokenizer` builds them with the `tokenizers` library. Other
+files name others (notebook 15): Llama 3's 'llama-bpe' keeps runs of up to three digits
+together and lets a word take one symbol before it, and llama.cpp looks each piece up whole
+before merging it (`IGNORE_MERGES`); Qwen's 'qwen2' is the same with one digit at a time. The
+chat template, a Jinja template stored in `tokenizer.chat_template`, is rendered with jinja2's
 sandbox, as transformers renders it.
 
 What it holds:
@@ -29,16 +32,28 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 
 from .gguf_file import GGUFFile
 
-__all__ = ["GPT2_SPLIT", "PRE_TOKENIZERS", "GGUFTokenizer"]
+__all__ = ["GPT2_SPLIT", "LLAMA3_SPLIT", "PRE_TOKENIZERS", "QWEN2_SPLIT", "GGUFTokenizer"]
 
 # GPT-2's split (llama.cpp's spelling of it): contractions, words, numbers, symbols, spaces.
 GPT2_SPLIT = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+# Llama 3's (llama.cpp's spelling, the contractions in either case): a word may take one symbol
+# before it, digits in runs of up to three, symbols with the newlines after them.
+_CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+LLAMA3_SPLIT = (
+    _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+QWEN2_SPLIT = LLAMA3_SPLIT.replace(r"\p{N}{1,3}", r"\p{N}")  # Qwen: one digit at a time
 # `tokenizer.ggml.pre` -> the expressions llama.cpp splits with, in order.
 PRE_TOKENIZERS: dict[str, tuple[str, ...]] = {
     "smollm": (r"\p{N}", GPT2_SPLIT),
     "starcoder": (r"\p{N}", GPT2_SPLIT),
     "gpt2": (GPT2_SPLIT,),
+    "llama-bpe": (LLAMA3_SPLIT,),
+    "llama3": (LLAMA3_SPLIT,),
+    "qwen2": (QWEN2_SPLIT,),
 }
+IGNORE_MERGES = {"llama-bpe", "llama3"}  # a piece that is a token is taken whole
 CONTROL = 3  # llama.cpp's token type of a special token
 
 
@@ -62,7 +77,7 @@ class GGUFTokenizer:
             )
         vocab = {token: i for i, token in enumerate(tokens)}
         pairs = [tuple(m.split(" ")) for m in merges]  # "Ġ t" -> ("Ġ", "t")
-        tok = Tokenizer(models.BPE(vocab, pairs))
+        tok = Tokenizer(models.BPE(vocab, pairs, ignore_merges=pre in IGNORE_MERGES))
         splits = [
             pre_tokenizers.Split(Regex(expr), behavior="isolated") for expr in PRE_TOKENIZERS[pre]
         ]

@@ -8,7 +8,20 @@ rotates them (RoPE), stores them in the cache, and then calls ONE function:
 with h_kv dividing h (grouped-query attention: query head i uses key/value head i // (h/h_kv)).
 The n queries are the LAST n of the m tokens whose keys are given (n = m for a prompt without a
 cache, n = 1 for a decoding step): query i sees keys 0 .. m - n + i, the causal mask aligned to
-the bottom right (notebook 08). Any function of this form can be plugged in, by name:
+the bottom right (notebook 08).
+
+Later models change that attention a little, and a layer tells the function so by keywords,
+passed only when the layer has them (so that any function of (q, k, v) serves a Llama), each
+derived in notebook 15:
+- `window=W`: a sliding-window layer (Gemma 2 and 3, gpt-oss): query i sees only keys
+  m - n + i - W < j <= m - n + i, passed when some query would otherwise see more (m > W);
+- `score_mod=f`: every score s changed to f(s, b, h, q_idx, kv_idx) before the mask, a
+  FlexAttention score_mod (Gemma 2's soft-capping, `masks.softcap_score_mod`);
+- `sink_logits=s`: (h,) a learned logit per head joining every row's softmax with no value
+  (gpt-oss): its weight is taken from the keys and dropped.
+A function that cannot compute one says so (a ValueError naming it) rather than ignore it.
+
+Any function of this form can be plugged in, by name:
 
 - "sdpa", `sdpa_attention` (`mha_lib.nn.gqa`): torch's fused `scaled_dot_product_attention`,
   the default;
@@ -18,7 +31,9 @@ the bottom right (notebook 08). Any function of this form can be plugged in, by 
   (`mha_lib.nn.flash.flash_attention`, with the bottom-right causal `mask_mod`);
 - "triton": notebook 09's Triton kernel, a part's (`mha_lib.efficient.triton_flash`), which this
   layer does not import: `mha_lib.llm` registers it (`register_attention`).
-`ATTENTIONS` holds them, for `DecoderLM(attention=...)`. `attention_weights(q, k)` gives the
+`ATTENTIONS` holds them, for `DecoderLM(attention=...)`. "sdpa" computes a window with a mask
+and hands a score_mod or sink logits to the written-out form; the tiled loop takes a window (a
+`mask_mod`) and neither of the others. `attention_weights(q, k, **options)` gives the
 (B, h, n, m) weights the written-out form computes, and `RecordWeights` is an attention function
 that keeps them, one tensor per layer: how a model returns its weights (notebook 13 studies
 them) without a list passed through every layer.
@@ -28,12 +43,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 from torch import Tensor
 
 from .flash import flash_attention
-from .gqa import grouped_query_attention, grouped_scores, repeat_kv, sdpa_attention
-from .masks import bottom_right_causal_mask_mod, bottom_right_causal_tensor
+from .gqa import grouped_query_attention, grouped_weights, repeat_kv, sdpa_attention
+from .masks import (
+    bottom_right_causal_mask_mod,
+    bottom_right_causal_tensor,
+    bottom_right_window_mask_mod,
+    bottom_right_window_tensor,
+)
 
 __all__ = [
     "ATTENTIONS",
@@ -46,20 +65,30 @@ __all__ = [
     "tiled_flash_attention",
 ]
 
-AttentionFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+AttentionFn = Callable[..., Tensor]  # attention(q, k, v, **options) -> o
 
 
-def attention_weights(q: Tensor, k: Tensor) -> Tensor:
-    """softmax(q kᵀ / √d) under the bottom-right causal mask: (B, h, n, m), rows sum to 1."""
-    scores = grouped_scores(q, k)  # (B, h, n, m)
-    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2], q.device)  # (n, m)
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+def _mask(q: Tensor, k: Tensor, window: int | None) -> Tensor:
+    """(n, m): the bottom-right causal mask, within the window when there is one."""
+    n, m = q.shape[2], k.shape[2]
+    if window is None:
+        return bottom_right_causal_tensor(n, m, q.device)
+    return bottom_right_window_tensor(n, m, window, q.device)
 
 
-def eager_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def attention_weights(q: Tensor, k: Tensor, *, window: int | None = None, score_mod=None,
+                      sink_logits: Tensor | None = None) -> Tensor:  # fmt: skip
+    """softmax(q kᵀ / √d) under the bottom-right causal mask (B, h, n, m): rows sum to 1, or to
+    less with sink logits (the sink's share is not a key's)."""
+    return grouped_weights(q, k, _mask(q, k, window), score_mod=score_mod,
+                           sink_logits=sink_logits)  # fmt: skip
+
+
+def eager_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None,
+                    score_mod=None, sink_logits: Tensor | None = None) -> Tensor:  # fmt: skip
     """Notebook 08's `grouped_query_attention`, the weights written out."""
-    mask = bottom_right_causal_tensor(q.shape[2], k.shape[2], q.device)  # (n, m)
-    return grouped_query_attention(q, k, v, mask=mask)
+    return grouped_query_attention(q, k, v, _mask(q, k, window), score_mod=score_mod,
+                                   sink_logits=sink_logits)  # fmt: skip
 
 
 class RecordWeights:
@@ -69,16 +98,26 @@ class RecordWeights:
     def __init__(self) -> None:
         self.weights: list[Tensor] = []
 
-    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        w = attention_weights(q, k)  # (B, h, n, m)
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, **options) -> Tensor:
+        w = attention_weights(q, k, **options)  # (B, h, n, m)
         self.weights.append(w)
         return w @ repeat_kv(v, q.shape[1] // k.shape[1])  # (B, h, n, d)
 
 
-def tiled_flash_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """Notebook 08's tiled FlashAttention loop (blocks of 64), key/value heads repeated."""
+def tiled_flash_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None,
+                          **options) -> Tensor:  # fmt: skip
+    """Notebook 08's tiled FlashAttention loop (blocks of 64), key/value heads repeated; a
+    window is its mask_mod (tiles outside the band are skipped)."""
+    if options:
+        raise ValueError(
+            f"the tiled loop takes a window only; got {sorted(options)}: use attention='eager'"
+        )
     g = q.shape[1] // k.shape[1]
-    mask_mod = bottom_right_causal_mask_mod(q.shape[2], k.shape[2])
+    n, m = q.shape[2], k.shape[2]
+    if window is None:
+        mask_mod = bottom_right_causal_mask_mod(n, m)
+    else:
+        mask_mod = bottom_right_window_mask_mod(n, m, window)
     o, _ = flash_attention(q, repeat_kv(k, g), repeat_kv(v, g), mask_mod=mask_mod)
     return o  # (B, h, n, d)
 
@@ -91,7 +130,7 @@ ATTENTIONS: dict[str, AttentionFn] = {
 
 
 def resolve_attention(attention: str | AttentionFn) -> AttentionFn:
-    """A name of `ATTENTIONS` or a function attention(q, k, v) -> o, as a function."""
+    """A name of `ATTENTIONS` or a function attention(q, k, v, **options) -> o, as a function."""
     if isinstance(attention, str):
         if attention not in ATTENTIONS:
             raise ValueError(f"attention = {attention!r}; expected one of {sorted(ATTENTIONS)}")

@@ -32,10 +32,28 @@ The seams, so that what builds on the model adds to it and never writes its loop
 - `DecoderAttention.qkv(x, positions)` gives one layer's rotated queries, keys and values, for
   the measures; `DecoderBlock(config, attention=...)` takes another attention module (notebook
   14's ranks give each block their share of the heads) or another token mixer;
-- `DecoderConfig.layer_types` names each layer's mixer as transformers does ("full_attention",
-  "linear_attention") and `DecoderLM.new_layer(l)` builds block l: a part that brings another
-  mixer overrides it (notebook 16's `mha_lib.linear_attention.HybridLM`, whose gated-DeltaNet
-  layers keep a state in their cache entry instead of keys and values).
+- `DecoderConfig.layer_types` names each layer's mixer as transformers does and
+  `DecoderLM.new_layer(l)` builds block l: a part that brings another mixer overrides it
+  (notebook 16's `mha_lib.linear_attention.HybridLM`, whose gated-DeltaNet layers keep a state
+  in their cache entry instead of keys and values).
+
+Other architectures are options of the config, never another loop (notebook 15 derives each):
+- `layer_types`, transformers' name of each layer's attention: "full_attention" (every earlier
+  key) or "sliding_attention" (the last `sliding_window` keys, RoPE base `rope_local_base`,
+  notebook 11's rolling cache without sinks): Gemma 3's five sliding layers to one global;
+- `qk_norm` (Qwen3, Gemma 3), `rope_dim` (partial RoPE), `attention_bias` (biases on q, k and v:
+  Qwen2), `query_scale` (the scores' scale instead of 1/√d: Gemma's query_pre_attn_scalar^-1/2,
+  folded into the queries);
+- `sandwich_norms`: four norms per block, one after each sublayer too (Gemma 2 and 3);
+  `embedding_scale` (Gemma multiplies the embedding by √C); `mlp_activation` ("silu": SwiGLU;
+  "gelu_tanh": Gemma's GELU-gated MLP);
+- score modifications, each a keyword of the attention function (`mha_lib.nn.backends`):
+  `attn_logit_softcap` (Gemma 2's c·tanh(s/c)), `attention_sinks` (gpt-oss's learned sink logit
+  per head); and `final_logit_softcap` on the logits;
+- `attn_output_gate`: each head's output times sigmoid(x W_G) before W_O (Qwen3.5's
+  full-attention layers);
+- a tied embedding may be a module with its own `logits(x)` (notebook 15's `QuantizedEmbedding`,
+  rows dequantized on lookup): the head asks it for the logits.
 """
 
 from __future__ import annotations
@@ -50,10 +68,12 @@ from ..positions import rope, rope_permutation
 from ..pytorch import merge_heads
 from .backends import AttentionFn, RecordWeights, resolve_attention
 from .gqa import GroupedQueryAttention
-from .kv_cache import DecoderCache
+from .kv_cache import DecoderCache, KVCache, SinkKVCache
+from .masks import softcap_score_mod
 
 __all__ = [
     "LAYER_TYPES",
+    "MLP_ACTIVATIONS",
     "DecoderAttention",
     "DecoderBlock",
     "DecoderConfig",
@@ -62,12 +82,15 @@ __all__ = [
     "SwiGLU",
 ]
 
+MLP_ACTIVATIONS = {"silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
 
 # ---------------------------------------------------------------------------- configuration
 
 # the token mixers a layer may have, by transformers' names: softmax attention over every
-# earlier token, or a fixed-size state (a gated-DeltaNet layer, `mha_lib.linear_attention`)
-LAYER_TYPES = ("full_attention", "linear_attention")
+# earlier token or over the last sliding_window (notebook 15), or a fixed-size state (a
+# gated-DeltaNet layer, `mha_lib.linear_attention`, notebook 16)
+LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
 
 
 @dataclass(frozen=True)
@@ -89,27 +112,52 @@ class DecoderConfig:
     eos_token_id: int | None = None
     qk_norm: bool = False  # an RMSNorm over each head's q and k before RoPE (Qwen3, Gemma 3)
     rope_dim: int | None = None  # RoPE on the first rope_dim of each head's d (None: all d)
+    layer_types: tuple[str, ...] | None = None  # per layer, of LAYER_TYPES (None: all full)
+    sliding_window: int | None = None  # W, the keys a sliding layer's query sees (itself too)
+    rope_local_base: float | None = None  # the sliding layers' RoPE base (None: rope_base)
+    attention_bias: bool = False  # biases on q, k and v (Qwen2)
+    query_scale: float | None = None  # scores q·k times this (None: 1/√d; Gemma: 256^-1/2)
+    sandwich_norms: bool = False  # a norm after each sublayer too: four per block (Gemma)
+    embedding_scale: float | None = None  # the embedding times this (None: 1; Gemma: √C)
+    mlp_activation: str = "silu"  # of MLP_ACTIVATIONS: SwiGLU, or Gemma's "gelu_tanh"
+    attn_logit_softcap: float | None = None  # c: scores to c·tanh(s/c) (Gemma 2)
+    final_logit_softcap: float | None = None  # c: logits to c·tanh(z/c) (Gemma 2)
+    attention_sinks: bool = False  # a learned sink logit per head (gpt-oss)
     # each head's output times sigmoid(x W_G) before W_O (Qwen3.5's full-attention layers)
     attn_output_gate: bool = False
-    # per layer, transformers' name of its token mixer (`LAYER_TYPES`); None: all full attention
-    layer_types: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.layer_types is None:
-            return
-        L = self.num_layers
-        if not isinstance(self.layer_types, list | tuple) or len(self.layer_types) != L:
+        """Refuse a configuration the decoder cannot build, naming the field."""
+        if self.layer_types is not None:
+            types = tuple(self.layer_types)
+            if len(types) != self.num_layers:
+                raise ValueError(
+                    f"layer_types has {len(types)} entries; expected one per layer "
+                    f"(num_layers = {self.num_layers})"
+                )
+            for l, kind in enumerate(types):
+                if kind not in LAYER_TYPES:
+                    raise ValueError(
+                        f"layer_types[{l}] = {kind!r} is not a layer this decoder builds; "
+                        f"expected one of {LAYER_TYPES}"
+                    )
+            if "sliding_attention" in types and not (
+                isinstance(self.sliding_window, int) and self.sliding_window >= 1
+            ):
+                raise ValueError(
+                    f"sliding_window = {self.sliding_window!r}; a sliding_attention layer needs "
+                    "a positive int"
+                )
+            object.__setattr__(self, "layer_types", types)  # a tuple, whatever was given
+        if self.mlp_activation not in MLP_ACTIVATIONS:
             raise ValueError(
-                f"layer_types is {self.layer_types!r}; expected a tuple of num_layers = {L} "
-                f"names, one per layer"
+                f"mlp_activation = {self.mlp_activation!r}; expected one of "
+                f"{sorted(MLP_ACTIVATIONS)}"
             )
-        for l, kind in enumerate(self.layer_types):
-            if kind not in LAYER_TYPES:
-                raise ValueError(f"layer_types[{l}] = {kind!r}; expected one of {LAYER_TYPES}")
-        object.__setattr__(self, "layer_types", tuple(self.layer_types))  # hashable, frozen
 
     def layer_type(self, layer: int) -> str:
-        """The token mixer of layer `layer`: "full_attention" unless layer_types says another."""
+        """The token mixer of layer `layer` (of LAYER_TYPES): "full_attention" unless
+        layer_types says another."""
         return "full_attention" if self.layer_types is None else self.layer_types[layer]
 
     @classmethod
@@ -173,16 +221,25 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """down(silu(gate(x)) ∘ up(x)): a gated feed-forward network (Shazeer, 2020), C -> F -> C."""
+    """down(silu(gate(x)) ∘ up(x)): a gated feed-forward network (Shazeer, 2020), C -> F -> C.
 
-    def __init__(self, dim: int, hidden: int) -> None:
+    activation: "silu" (SwiGLU), or "gelu_tanh" (GELU with its tanh approximation: Gemma's
+    GeGLU); `MLP_ACTIVATIONS` holds them."""
+
+    def __init__(self, dim: int, hidden: int, activation: str = "silu") -> None:
         super().__init__()
         self.gate_proj = nn.Linear(dim, hidden, bias=False)  # (C -> F)
         self.up_proj = nn.Linear(dim, hidden, bias=False)  # (C -> F)
         self.down_proj = nn.Linear(hidden, dim, bias=False)  # (F -> C)
+        if activation not in MLP_ACTIVATIONS:
+            raise ValueError(
+                f"activation = {activation!r}; expected one of {sorted(MLP_ACTIVATIONS)}"
+            )
+        self.activation = activation
+        self.act = MLP_ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderAttention(GroupedQueryAttention):
@@ -203,14 +260,30 @@ class DecoderAttention(GroupedQueryAttention):
     outputs, number by number, by sigmoid(x W_G) before W_O (`gate_proj`, W_G (C, h·d): Qwen3.5's
     full-attention layers, whose q_proj yields queries and gate together), so a head can send
     nothing when it has nothing to add.
+
+    And, notebook 15's, per layer (`layer`, its index, picks its type in `layer_types`): a
+    sliding layer's queries see their last `window` keys (the option `window` of the attention
+    function, and a rolling `SinkKVCache` without sinks from `new_cache`) and its RoPE turns
+    with `rope_local_base`; `attention_bias` puts biases on q, k and v (not on W_O);
+    `query_scale` is folded into the queries (q times query_scale·√d, so that q·k/√d is the
+    score the model wants, for every attention function and every measure of q);
+    `attn_logit_softcap` and `attention_sinks` are told to the attention function as a
+    `score_mod` and as `sink_logits` (h,), a parameter (`attention_options`).
     """
 
     causal = True
 
-    def __init__(self, config: DecoderConfig, rope_interleaved: bool = False) -> None:
+    def __init__(self, config: DecoderConfig, rope_interleaved: bool = False,
+                 layer: int = 0) -> None:  # fmt: skip
         C, h, h_kv = config.hidden_size, config.num_heads, config.num_kv_heads
-        super().__init__(C, h, h_kv, bias=False, head_dim=config.head_dim)
-        self.rope_base = config.rope_base
+        super().__init__(C, h, h_kv, bias=config.attention_bias, head_dim=config.head_dim)
+        if config.attention_bias:  # Qwen2: biases on q, k and v, none on W_O
+            self.out_proj = nn.Linear(h * config.head_dim, C, bias=False)
+        self.layer_type = config.layer_type(layer)
+        sliding = self.layer_type == "sliding_attention"
+        self.window = config.sliding_window if sliding else None
+        local = sliding and config.rope_local_base is not None
+        self.rope_base = config.rope_local_base if local else config.rope_base
         self.rope_interleaved = rope_interleaved
         self.rope_dim = config.head_dim if config.rope_dim is None else config.rope_dim
         if config.qk_norm:
@@ -218,7 +291,12 @@ class DecoderAttention(GroupedQueryAttention):
             self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)  # (d,)
         else:
             self.q_norm = self.k_norm = None
-        h, d = config.num_heads, config.head_dim
+        # q times query_scale·√d makes q·k/√d equal query_scale·q·k (1: nothing to do)
+        d = config.head_dim
+        self.query_factor = 1.0 if config.query_scale is None else config.query_scale * d**0.5
+        cap = config.attn_logit_softcap
+        self.score_mod = None if cap is None else softcap_score_mod(cap)
+        self.sink_logits = nn.Parameter(torch.zeros(h)) if config.attention_sinks else None
         self.gate_proj = nn.Linear(C, h * d, bias=False) if config.attn_output_gate else None
 
     def output(self, heads: Tensor, x: Tensor) -> Tensor:
@@ -231,11 +309,34 @@ class DecoderAttention(GroupedQueryAttention):
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, n, C) -> q (B, h, n, d), k, v (B, h_kv, n, d), q and k normalised per head when
-        the config asks for QK-norm."""
+        the config asks for QK-norm, q scaled by the config's query_scale."""
         q, k, v = super().project(x)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)  # over each head's d
+        if self.query_factor != 1.0:
+            q = q * self.query_factor
         return q, k, v
+
+    def attention_options(self, m: int) -> dict:
+        """What this layer tells its attention function when its queries see m keys: the window
+        (a sliding layer, when some query would see more than it), the soft-capping score_mod
+        and the sink logits, each only if the layer has it."""
+        options = {}
+        if self.window is not None and m > self.window:
+            options["window"] = self.window
+        if self.score_mod is not None:
+            options["score_mod"] = self.score_mod
+        if self.sink_logits is not None:
+            options["sink_logits"] = self.sink_logits
+        return options
+
+    def new_cache(self, batch_size: int, max_len: int) -> KVCache | SinkKVCache:
+        """An empty cache for this layer: a KVCache of max_len tokens, or in a sliding layer
+        notebook 11's rolling cache of its window, without sinks, keys rotated at their text
+        positions (a window's worth of memory however long the text)."""
+        if self.window is None:
+            return super().new_cache(batch_size, max_len)
+        return self.new_sink_cache(batch_size, self.window, 0, rope_positions="original")
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """RoPE (notebook 10): x (B, heads, n, d) turned by its positions (n,); with a partial
@@ -250,10 +351,12 @@ class DecoderAttention(GroupedQueryAttention):
 class DecoderBlock(nn.Module):
     """One pre-norm layer: x + attention(norm1(x)), then + mlp(norm2(x)) (notebook 04's form).
 
-    attention: the layer's token mixer (default: a `DecoderAttention` of the config's sizes);
-    notebook 14's ranks give each block their own share of the heads, notebook 16's hybrid
-    gives some blocks a gated-DeltaNet layer. The block calls it as mixer(x, positions=,
-    cache=, attention=, head_mask=) and adds what it returns, (B, n, C).
+    With `sandwich_norms` (Gemma 2 and 3) each sublayer's output is normalised too before it is
+    added: x + post_norm1(attention(norm1(x))), then + post_norm2(mlp(norm2(x))).
+    attention: the layer's token mixer (default: a `DecoderAttention` of the config's sizes, of
+    layer `layer`'s type); notebook 14's ranks give each block their own share of the heads,
+    notebook 16's hybrid gives some blocks a gated-DeltaNet layer. The block calls it as
+    mixer(x, positions=, cache=, attention=, head_mask=) and adds what it returns, (B, n, C).
     """
 
     def __init__(
@@ -261,20 +364,26 @@ class DecoderBlock(nn.Module):
         config: DecoderConfig,
         rope_interleaved: bool = False,
         attention: nn.Module | None = None,
+        layer: int = 0,
     ) -> None:
         super().__init__()
-        self.norm1 = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        C, eps = config.hidden_size, config.rms_norm_eps
+        self.norm1 = RMSNorm(C, eps)
         self.self_attn = (
-            DecoderAttention(config, rope_interleaved) if attention is None else attention
+            DecoderAttention(config, rope_interleaved, layer) if attention is None else attention
         )
-        self.norm2 = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = SwiGLU(config.hidden_size, config.intermediate_size)
+        self.norm2 = RMSNorm(C, eps)
+        self.mlp = SwiGLU(C, config.intermediate_size, config.mlp_activation)
+        self.post_norm1 = RMSNorm(C, eps) if config.sandwich_norms else None
+        self.post_norm2 = RMSNorm(C, eps) if config.sandwich_norms else None
 
     def forward(self, x: Tensor, positions: Tensor, cache=None, attention=None,
                 head_mask=None) -> Tensor:  # fmt: skip
-        x = x + self.self_attn(self.norm1(x), positions=positions, cache=cache,
-                               attention=attention, head_mask=head_mask)  # fmt: skip
-        return x + self.mlp(self.norm2(x))  # (B, n, C)
+        a = self.self_attn(self.norm1(x), positions=positions, cache=cache,
+                           attention=attention, head_mask=head_mask)  # fmt: skip
+        x = x + (a if self.post_norm1 is None else self.post_norm1(a))
+        m = self.mlp(self.norm2(x))  # (B, n, C)
+        return x + (m if self.post_norm2 is None else self.post_norm2(m))  # (B, n, C)
 
 
 # ---------------------------------------------------------------------------- the model
@@ -324,12 +433,12 @@ class DecoderLM(nn.Module):
         """Block `layer`, of the kind the config's layer_types names: softmax attention here; a
         part with another token mixer overrides this (`mha_lib.linear_attention.HybridLM`)."""
         kind = self.config.layer_type(layer)
-        if kind != "full_attention":
+        if kind not in ("full_attention", "sliding_attention"):
             raise ValueError(
-                f"layer_types[{layer}] = {kind!r}: DecoderLM builds 'full_attention' layers only "
+                f"layer_types[{layer}] = {kind!r}: DecoderLM builds softmax-attention layers only "
                 "(a 'linear_attention' layer needs mha_lib.linear_attention.HybridLM)"
             )
-        return DecoderBlock(self.config, self.rope_interleaved)
+        return DecoderBlock(self.config, self.rope_interleaved, layer=layer)
 
     @property
     def output_weight(self) -> Tensor:
@@ -341,7 +450,7 @@ class DecoderLM(nn.Module):
 
         interleaved=True: each head's rows as the GGUF file stores them, pairs (2i, 2i + 1);
         False: transformers' half-split pairs (i, i + d/2). The logits do not change. With
-        QK-norm, its weights over d move with the rows.
+        QK-norm, its weights over d move with the rows, and so do biases on q and k.
         """
         if not isinstance(interleaved, bool):
             raise TypeError(f"interleaved must be a bool; got {type(interleaved).__name__}")
@@ -363,6 +472,8 @@ class DecoderLM(nn.Module):
                 for proj in (attn.q_proj, attn.k_proj):
                     w = proj.weight  # (heads·d, C)
                     w.copy_(w.view(-1, d, w.shape[1])[:, order].reshape(w.shape))
+                    if proj.bias is not None:  # (heads·d,): Qwen2's biases move with the rows
+                        proj.bias.copy_(proj.bias.view(-1, d)[:, order].reshape(-1))
                 for norm in (attn.q_norm, attn.k_norm):
                     if norm is not None:
                         norm.weight.copy_(norm.weight[order])  # (d,)
@@ -370,7 +481,8 @@ class DecoderLM(nn.Module):
         self.rope_interleaved = interleaved
 
     def new_cache(self, batch_size: int, max_len: int) -> DecoderCache:
-        """An empty KVCache per layer, for max_len tokens (prompt and generated)."""
+        """An empty cache per layer, for max_len tokens (prompt and generated): a KVCache, or a
+        sliding layer's rolling cache of its window (`DecoderAttention.new_cache`)."""
         if isinstance(max_len, int) and max_len > self.config.context_length:
             raise ValueError(
                 f"max_len = {max_len} is longer than the model's context of "
@@ -405,6 +517,8 @@ class DecoderLM(nn.Module):
         positions = torch.arange(start, start + n, device=input_ids.device)  # (n,)
         fn = self.attention if attention is None else resolve_attention(attention)
         x = self.embed(input_ids)  # (B, n, C)
+        if self.config.embedding_scale is not None:
+            x = x * self.config.embedding_scale  # Gemma: √C, as a float32 number
         for l, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.layers[l]
             mask = None if head_mask is None else head_mask[l]
@@ -412,8 +526,16 @@ class DecoderLM(nn.Module):
         return x  # (B, n, C)
 
     def logits(self, x: Tensor) -> Tensor:
-        """The head: the residual stream x (B, n, C) -> logits (B, n, V)."""
-        return F.linear(self.norm(x), self.output_weight)  # (B, n, V)
+        """The head: the residual stream x (B, n, C) -> logits (B, n, V). A tied embedding that
+        computes its own head (`logits`, notebook 15's `QuantizedEmbedding`) is asked for it;
+        a `final_logit_softcap` c caps them to c·tanh(z/c)."""
+        x = self.norm(x)  # (B, n, C)
+        if self.lm_head is None and hasattr(self.embed, "logits"):
+            z = self.embed.logits(x)  # (B, n, V), its rows dequantized chunk by chunk
+        else:
+            z = F.linear(x, self.output_weight)  # (B, n, V)
+        cap = self.config.final_logit_softcap
+        return z if cap is None else torch.tanh(z / cap) * cap
 
     def forward(
         self,

@@ -14,15 +14,20 @@ What it holds:
 - `grouped_scores(q, k)`: the scores q kᵀ / √d_k (B, h, N, M) of every query head against
   its group's keys, where every explicit form of attention in the library starts;
 - `grouped_query_attention(q, k, v, mask, is_causal)`: the plain definition,
-  the weights written out;
+  the weights written out; with a `score_mod` (a change of every score: Gemma 2's soft-capping)
+  and learned `sink_logits` (an extra logit per head that takes weight and adds no value:
+  gpt-oss), both derived in notebook 15;
 - `sdpa_attention(q, k, v)`: torch's fused attention for n new queries that are the last n of
-  the m keys (the causal mask aligned to the bottom right), the layer's default;
+  the m keys (the causal mask aligned to the bottom right), the layer's default; a `window`
+  (a sliding-window layer) adds its band to the mask;
 - `GroupedQueryAttention`: the layer (projections W_q (C, h·d), W_k, W_v (C, h_kv·d), W_o
   (h·d, C), d = head_dim, C / h unless given). Its forward is the one every attention layer
   of the library runs: project and split the heads (`project`), rotate the queries and keys
   (`rotate`, nothing here; RoPE in `mha_lib.nn.decoder.DecoderAttention`), let a cache store
   the keys and values and say what the queries see (`KVCache.update`), attend with a pluggable
-  function (`mha_lib.nn.backends`), scale the heads (`head_mask`), merge them, and W_O.
+  function (`mha_lib.nn.backends`) told what the layer adds to causal attention
+  (`attention_options`: nothing here; a window, a score_mod or sink logits in a decoder's
+  layer), scale the heads (`head_mask`), merge them, and W_O.
   `qkv(x, positions)` gives the rotated q, k, v of a layer, for the measures.
 """
 
@@ -37,12 +42,13 @@ from torch import Tensor, nn
 from .._checks import check_int
 from ..pytorch import MultiHeadAttention, merge_heads, split_heads
 from .kv_cache import KVCache, SinkKVCache
-from .masks import bottom_right_causal_tensor
+from .masks import bottom_right_causal_tensor, bottom_right_window_tensor
 
 __all__ = [
     "GroupedQueryAttention",
     "grouped_query_attention",
     "grouped_scores",
+    "grouped_weights",
     "repeat_kv",
     "sdpa_attention",
 ]
@@ -65,7 +71,14 @@ def grouped_scores(q: Tensor, k: Tensor) -> Tensor:
 
 
 def grouped_query_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    *,
+    score_mod=None,
+    sink_logits: Tensor | None = None,
 ) -> Tensor:
     """softmax(q kᵀ / √d_k) v with key/value heads shared by groups of query heads.
 
@@ -73,13 +86,17 @@ def grouped_query_attention(
     h; mask None or bool broadcastable to (B, h, N, M), True = may attend;
     is_causal: query i sees keys 0 .. i (top-left, as SDPA). A query with no
     key to attend to gets a zero output. Returns (B, h, N, d_v).
+    score_mod: a FlexAttention score_mod(score, b, h, q_idx, kv_idx) applied to every score
+    before the mask (q_idx the row of q, kv_idx the row of k), such as
+    `masks.softcap_score_mod`. sink_logits (h,): one more logit per head in every row's
+    softmax, whose weight is dropped (it has no value): the row's weights then sum to less than 1.
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor) or x.dim() != 4:
             got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"{name} has shape {got}; expected 4 dims (B, heads, tokens, d)")
-    B, h, N, d_k = q.shape
-    h_kv, M = k.shape[1], k.shape[2]
+    B, h, _, d_k = q.shape
+    h_kv = k.shape[1]
     if h % h_kv != 0:
         raise ValueError(f"k has h_kv = {h_kv} heads; expected a divisor of q's h = {h}")
     if k.shape[0] != B or k.shape[3] != d_k:
@@ -88,31 +105,78 @@ def grouped_query_attention(
         )
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v has shape {tuple(v.shape)}; expected (B, h_kv, M, d_v) like k")
+    weights = grouped_weights(q, k, mask, is_causal, score_mod=score_mod,
+                              sink_logits=sink_logits)  # (B, h, N, M)  # fmt: skip
+    return weights @ repeat_kv(v, h // h_kv)  # (B, h, N, d_v)
+
+
+def grouped_weights(
+    q: Tensor,
+    k: Tensor,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    *,
+    score_mod=None,
+    sink_logits: Tensor | None = None,
+) -> Tensor:
+    """The weights (B, h, N, M) `grouped_query_attention` uses (its arguments, without v)."""
+    B, h, N, _ = q.shape
+    M = k.shape[2]
     scores = grouped_scores(q, k)  # (B, h, N, M)
+    if score_mod is not None:  # evaluated on the whole grid, each index broadcast on its axis
+        b_idx, h_idx, q_idx, kv_idx = (
+            torch.arange(n, device=q.device).view(shape)
+            for n, shape in ((B, (-1, 1, 1, 1)), (h, (1, -1, 1, 1)), (N, (1, 1, -1, 1)),
+                             (M, (1, 1, 1, -1)))
+        )  # fmt: skip
+        scores = score_mod(scores, b_idx, h_idx, q_idx, kv_idx)
     allowed = torch.ones(N, M, dtype=torch.bool, device=q.device)  # (N, M)
     if is_causal:
         allowed = allowed.tril()  # (N, M), top-left aligned
     if mask is not None:
         allowed = allowed & mask  # broadcast to (B|1, h|1, N, M)
     scores = scores.masked_fill(~allowed, float("-inf"))
+    if sink_logits is not None:  # one more column per head: the sink, with no value
+        if not isinstance(sink_logits, Tensor) or tuple(sink_logits.shape) != (h,):
+            got = tuple(sink_logits.shape) if isinstance(sink_logits, Tensor) else sink_logits
+            raise ValueError(f"sink_logits has shape {got}; expected (h,) = ({h},)")
+        sink = sink_logits.to(scores.dtype).view(1, h, 1, 1).expand(scores.shape[0], h, N, 1)
+        return torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :M]  # (B, h, N, M)
     fully = ~allowed.any(dim=-1, keepdim=True)  # (..., N, 1): nothing to attend to
     weights = torch.softmax(scores.masked_fill(fully, 0.0), dim=-1)  # (B, h, N, M)
-    weights = weights.masked_fill(fully, 0.0)
-    return weights @ repeat_kv(v, h // h_kv)  # (B, h, N, d_v)
+    return weights.masked_fill(fully, 0.0)
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None,
+                   score_mod=None, sink_logits: Tensor | None = None) -> Tensor:  # fmt: skip
     """torch's fused attention for n new queries, the last n of the m keys (query i sees keys
     0 .. m - n + i), the query heads grouped over the key/value heads: q (B, h, n, d), k, v
-    (B, h_kv, m, d) -> (B, h, n, d)."""
+    (B, h_kv, m, d) -> (B, h, n, d).
+
+    window: query i sees only its last `window` keys (a sliding-window layer); score_mod and
+    sink_logits as `grouped_query_attention`'s, which computes them (torch's fused kernel has
+    neither)."""
     n, m = q.shape[2], k.shape[2]
+    if score_mod is not None or sink_logits is not None:  # written out: SDPA cannot
+        mask = _causal_mask(n, m, window, q.device)
+        return grouped_query_attention(q, k, v, mask, score_mod=score_mod, sink_logits=sink_logits)
     gqa = q.shape[1] != k.shape[1]
+    if window is not None and m > window:  # some query has keys out of its window
+        mask = bottom_right_window_tensor(n, m, window, q.device)  # (n, m)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
     if n == 1:  # one new token, the last: it sees every key
         return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
     if n == m:  # a whole prompt: the plain causal mask
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
     mask = bottom_right_causal_tensor(n, m, q.device)  # (n, m)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+
+
+def _causal_mask(n: int, m: int, window: int | None, device) -> Tensor:
+    """(n, m): bottom-right causal, within the window when there is one."""
+    if window is None:
+        return bottom_right_causal_tensor(n, m, device)
+    return bottom_right_window_tensor(n, m, window, device)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -214,6 +278,12 @@ class GroupedQueryAttention(nn.Module):
         unchanged here (a position scheme of its own, such as RoPE, is a subclass's)."""
         return x
 
+    def attention_options(self, m: int) -> dict:
+        """What the attention function is told besides q, k and v when the queries see m keys:
+        nothing here (plain causal attention); a subclass's layer may add a `window`, a
+        `score_mod` or `sink_logits` (`mha_lib.nn.backends` lists them)."""
+        return {}
+
     def qkv(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, n, C) at `positions` (n,) -> q (B, h, n, d), k, v (B, h_kv, n, d): what the
         layer attends with, q and k rotated. For the measures (notebook 13)."""
@@ -250,12 +320,13 @@ class GroupedQueryAttention(nn.Module):
         else:
             q, k = self.rotate(q, positions), self.rotate(k, positions)
         causal = self.causal if is_causal is None else is_causal
+        options = self.attention_options(k.shape[2])  # {} here; a decoder layer's window, ...
         if attention is not None:
-            heads = attention(q, k, v)  # (B, h, n, d)
+            heads = attention(q, k, v, **options)  # (B, h, n, d)
         elif cache is None and not causal:  # every token sees every token
             heads = F.scaled_dot_product_attention(q, k, v, enable_gqa=q.shape[1] != k.shape[1])
         else:  # the n queries are the last n of the m keys
-            heads = sdpa_attention(q, k, v)  # (B, h, n, d)
+            heads = sdpa_attention(q, k, v, **options)  # (B, h, n, d)
         if head_mask is not None:
             heads = heads * head_mask.view(1, -1, 1, 1).to(heads.dtype)  # 0 removes a head
         return self.output(heads, x)  # (B, n, C)

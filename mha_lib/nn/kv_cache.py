@@ -22,6 +22,12 @@ Positions: StreamingLLM stores keys before RoPE and rotates them by their place 
 S + W. `SinkKVCache.positions()` gives the tokens' text positions, `cache_positions()` those
 places.
 
+A sliding-window layer (Gemma 3's, notebook 15) keeps the same cache with no sinks, its keys
+rotated at their text positions: S = 0, `rope_positions="original"`. Such a cache also takes a
+chunk of n tokens at once (a prompt): its queries see the cached tokens and the chunk, all
+consecutive in the text, and the layer's window mask (`masks.bottom_right_window_tensor`) says
+which; only the last W are kept.
+
 What it holds:
 - `KVCache(batch_size, num_kv_heads, max_len, head_dim)`: preallocated k, v (B, h_kv,
   max_len, d); `append` writes the new keys and values after the `length` already stored and
@@ -30,8 +36,9 @@ What it holds:
   to the bottom right (a chunk of n queries is the LAST n of the m cached tokens), the query
   heads grouped over the key/value heads;
 - `slot_of(t, num_sinks, window)`: the rolling cache's index arithmetic;
-- `SinkKVCache(batch_size, num_kv_heads, head_dim, window, num_sinks)`: `append` one token,
-  `keys_values()` in text order, `positions()`, `cache_positions()`, `len()`, `nbytes`;
+- `SinkKVCache(batch_size, num_kv_heads, head_dim, window, num_sinks)`: `append` one token
+  (or a chunk, without sinks), `keys_values()` in text order, `positions()`,
+  `cache_positions()`, `len()`, `nbytes`;
 - `sink_cached_attention(q, k_new, v_new, cache)`: one decoding step with it;
 - `DecoderCache`: one cache per layer, what a decoder (`mha_lib.nn.decoder`) decodes with.
 """
@@ -198,9 +205,11 @@ class SinkKVCache:
     rope_positions: where a decoder layer's `update` rotates the keys: "cache", by their place in
     the cache (StreamingLLM: keys stored before RoPE, rotated again at every step), or
     "original", at their position in the text (rotated once, before they are stored).
+    Without sinks and at the text positions (a sliding-window layer's cache) it takes chunks of
+    several tokens (`takes_chunks`); otherwise one token at a time.
     """
 
-    rolling = True  # one token at a time; the oldest window token is dropped once full
+    rolling = True  # the oldest window token is dropped once full
 
     def __init__(
         self,
@@ -251,25 +260,51 @@ class SinkKVCache:
         """The slots of the cached tokens, in text order."""
         return [slot_of(t, self.num_sinks, self.window) for t in self.positions()]
 
+    @property
+    def takes_chunks(self) -> bool:
+        """Whether a step may bring several tokens: only without sinks and with the keys at their
+        text positions (then the cached tokens and a chunk are consecutive in the text, and a
+        window mask says what each query sees)."""
+        return self.num_sinks == 0 and self.rope_positions == "original"
+
     def append(self, k_new: Tensor, v_new: Tensor) -> None:
-        """Store the keys and values (B, h_kv, 1, d) of the next token, evicting the oldest
-        window token once the cache is full."""
+        """Store the keys and values (B, h_kv, n, d) of the next n tokens (n = 1 unless
+        `takes_chunks`), evicting the oldest window tokens once the cache is full."""
         B, h_kv, _, d = self.k.shape
         for name, x in (("k_new", k_new), ("v_new", v_new)):
-            if not isinstance(x, Tensor) or tuple(x.shape) != (B, h_kv, 1, d):
+            if (
+                not isinstance(x, Tensor)
+                or x.dim() != 4
+                or (x.shape[0], x.shape[1], x.shape[3]) != (B, h_kv, d)
+            ):
                 got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
                 raise ValueError(
-                    f"{name} has shape {got}; expected (B, h_kv, 1, d) = {(B, h_kv, 1, d)}: "
-                    "one token at a time (a chunk would evict keys its own first queries need)"
+                    f"{name} has shape {got}; expected (B, h_kv, n, d) with (B, h_kv, d) = "
+                    f"{(B, h_kv, d)}"
                 )
-        s = slot_of(self.seen, self.num_sinks, self.window)
-        self.k[:, :, s] = k_new[:, :, 0]
-        self.v[:, :, s] = v_new[:, :, 0]
-        self.seen += 1
+        n = k_new.shape[2]
+        if v_new.shape[2] != n or (n != 1 and not self.takes_chunks):
+            raise ValueError(
+                f"k_new has {n} tokens and v_new {v_new.shape[2]}; expected one token at a time "
+                "(a chunk would evict keys its own first queries need), unless the cache has no "
+                "sinks and rotates at the text positions"
+            )
+        kept = min(n, self.window + self.num_sinks)  # the last ones (without sinks: the window)
+        start = self.seen + n - kept  # text position of the first token kept
+        slots = [slot_of(t, self.num_sinks, self.window) for t in range(start, start + kept)]
+        idx = torch.tensor(slots, device=self.k.device)
+        self.k.index_copy_(2, idx, k_new[:, :, n - kept :])  # (B, h_kv, kept, d) into their slots
+        self.v.index_copy_(2, idx, v_new[:, :, n - kept :])
+        self.seen += n
 
     def keys_values(self) -> tuple[Tensor, Tensor]:
         """k, v (B, h_kv, len, d) of the cached tokens, in text order."""
-        idx = torch.tensor(self.order(), device=self.k.device)
+        S, W = self.num_sinks, self.window
+        if self.seen <= S + W:  # nothing evicted yet: slots 0 .. len - 1 are in text order
+            return self.k[:, :, : self.seen], self.v[:, :, : self.seen]  # views
+        oldest = slot_of(self.seen - W, S, W)  # the ring starts at the oldest window token
+        order = [*range(S), *range(oldest, S + W), *range(S, oldest)]
+        idx = torch.tensor(order, device=self.k.device)
         return self.k[:, :, idx], self.v[:, :, idx]
 
     def check(self, batch_size: int, n: int) -> None:
@@ -278,7 +313,7 @@ class SinkKVCache:
             raise ValueError(
                 f"input_ids has batch {batch_size}; the cache was made for {self.k.shape[0]}"
             )
-        if n != 1:
+        if n != 1 and not self.takes_chunks:
             raise ValueError(f"input_ids has {n} tokens; a sink cache takes one token at a time")
 
     def update(self, q: Tensor, k: Tensor, v: Tensor, positions: Tensor, rotate):
@@ -286,9 +321,16 @@ class SinkKVCache:
         rotated, at text position `positions` (1,). Stores k and v and returns q with the cached
         keys and values (B, h_kv, len, d) in text order, rotated (`rotate(x, positions)`) by
         `rope_positions`: at their places in the cache, the query at the last place, or at their
-        text positions, the query at its own."""
+        text positions, the query at its own. A chunk of n tokens (`takes_chunks`) returns the
+        keys and values cached before it followed by its own, (B, h_kv, m + n, d), m <= W: its
+        queries are the last n of them, and the layer's window mask says which each sees."""
         if self.rope_positions == "original":  # each key rotated once, at its text position
             q, k = rotate(q, positions), rotate(k, positions)
+            if k.shape[2] > 1 and self.takes_chunks:  # the chunk needs the keys it evicts
+                k_old, v_old = self.keys_values()  # (B, h_kv, m, d), before the chunk
+                k_all, v_all = torch.cat([k_old, k], dim=2), torch.cat([v_old, v], dim=2)
+                self.append(k, v)  # (after the copies: it overwrites the slots k_old views)
+                return q, k_all, v_all
             self.append(k, v)
             k, v = self.keys_values()  # (B, h_kv, m, d), m <= S + W, in text order
             return q, k, v
@@ -332,9 +374,10 @@ class DecoderCache:
 
     @property
     def rolling(self) -> bool:
-        """True when a layer's cache drops tokens (a sink cache: one token at a time, and the
-        positions it sees never reach the model's context)."""
-        return any(c.rolling for c in self.layers)
+        """True when every layer's cache drops tokens (a sink cache on every layer: the model
+        may stream past its context). A model whose sliding layers roll and whose global
+        layers keep everything (Gemma 3's `new_cache`) is not rolling: its context holds."""
+        return all(c.rolling for c in self.layers)
 
     @property
     def length(self) -> int:

@@ -15,8 +15,11 @@ add to the scores or pass to SDPA as a float `attn_mask`) and
 The masks: causal for a chunk of n queries against m cached keys
 (`bottom_right_causal_mask`; `mha_lib.causal_mask` is the square case; the torch tensor
 `bottom_right_causal_tensor`, what a decoding step passes to SDPA),
-sliding window, the window with sinks (notebook 11's rolling cache, `sink_window_mask`),
-document (block-diagonal for packed sequences), prefix-LM.
+sliding window (`bottom_right_window_tensor` for a chunk against a cache: a sliding-window
+layer's mask, notebook 15), the window with sinks (notebook 11's rolling cache,
+`sink_window_mask`), document (block-diagonal for packed sequences), prefix-LM.
+Soft-capping (Gemma 2) is not a mask but a change of every score, c·tanh(s/c):
+`softcap_score_mod`, a FlexAttention `score_mod` (notebook 15).
 `leaks_future` tests causality by perturbing the future, with no reference.
 """
 
@@ -37,6 +40,8 @@ __all__ = [
     "bottom_right_causal_mask",
     "bottom_right_causal_mask_mod",
     "bottom_right_causal_tensor",
+    "bottom_right_window_mask_mod",
+    "bottom_right_window_tensor",
     "causal_mask_mod",
     "document_mask",
     "document_mask_mod",
@@ -47,6 +52,7 @@ __all__ = [
     "sink_window_mask",
     "sliding_window_mask",
     "sliding_window_mask_mod",
+    "softcap_score_mod",
 ]
 
 
@@ -88,6 +94,17 @@ def bottom_right_causal_tensor(n: int, m: int, device=None) -> Tensor:
     attend (what SDPA takes as attn_mask): query i, the token m - n + i, sees keys 0 .. m - n + i.
     Made by the decoding steps (`kv_cache.cached_attention`, `backends`) for each chunk."""
     return torch.ones(n, m, dtype=torch.bool, device=device).tril(m - n)  # (n, m)
+
+
+def bottom_right_window_tensor(n: int, m: int, window: int, device=None) -> Tensor:
+    """(n, m) torch bool, True = may attend: the LAST n of m tokens in a sliding window of
+    `window` keys, query i (the token m - n + i) seeing keys m - n + i - window < j <= m - n + i.
+    With n = m it is `sliding_window_mask(n, window)`; what a sliding-window layer passes to SDPA
+    for a prompt longer than its window (notebook 15)."""
+    _check_chunk(n, m)
+    _check_int_like(window, "window", 1)
+    ones = torch.ones(n, m, dtype=torch.bool, device=device)
+    return ones.tril(m - n).triu(m - n - window + 1)  # (n, m)
 
 
 def sliding_window_mask(N: int, window: int) -> np.ndarray:
@@ -193,6 +210,18 @@ def sliding_window_mask_mod(window: int) -> Callable:
     return mask_mod
 
 
+def bottom_right_window_mask_mod(n: int, m: int, window: int) -> Callable:
+    """The mask_mod of `bottom_right_window_tensor(n, m, window)`."""
+    _check_chunk(n, m)
+    _check_int_like(window, "window", 1)
+    offset = m - n
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx + offset) & (q_idx + offset - kv_idx < window)
+
+    return mask_mod
+
+
 def document_mask_mod(doc_ids: Tensor) -> Callable:
     """The mask_mod of `document_mask(doc_ids)`; doc_ids (N,) int tensor."""
     if not isinstance(doc_ids, Tensor) or doc_ids.dim() != 1 or doc_ids.is_floating_point():
@@ -220,6 +249,19 @@ def alibi_score_mod(num_heads: int) -> Callable:
 
     def score_mod(score, b, h, q_idx, kv_idx):
         return score + slopes.to(score.dtype)[h] * (kv_idx - q_idx)
+
+    return score_mod
+
+
+def softcap_score_mod(cap: float) -> Callable:
+    """The score_mod of Gemma 2's soft-capping: score -> cap · tanh(score / cap). Close to the
+    identity for |score| much below cap, never beyond ±cap: one huge score can no longer take
+    all of a row's weight. (Its final logits are capped the same way.)"""
+    if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not cap > 0:
+        raise ValueError(f"cap = {cap!r}; expected a positive number")
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return torch.tanh(score / cap) * cap
 
     return score_mod
 

@@ -6,7 +6,14 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from mha_lib.exercises.nb15 import check_dequantize_q4_k, check_q4_k_scales, q4_k_blocks
+from mha_lib.exercises.nb15 import (
+    MASK_CASES,
+    check_dequantize_q4_k,
+    check_layer_mask,
+    check_q4_k_scales,
+    check_softcap_attention,
+    q4_k_blocks,
+)
 from mha_lib.llm.kquants import dequantize_q4_k_block, q4_k_scales
 
 
@@ -242,3 +249,181 @@ def test_dequantize_names_the_mistake(capsys, fn, words):
     assert not check_dequantize_q4_k(fn)
     out = verdict(capsys)
     assert out.startswith("✗ dequantize_q4_k:") and words in out, out
+
+
+# layer_mask ------------------------------------------------------------------------------------
+
+
+def mask_numpy(layer_type, N, window):
+    i, j = np.arange(N)[:, None], np.arange(N)[None, :]
+    allowed = j <= i
+    if layer_type == "sliding_attention":
+        allowed &= i - j < window
+    return allowed
+
+
+def mask_torch(layer_type, N, window):
+    ones = torch.ones(N, N, dtype=torch.bool)
+    if layer_type == "full_attention":
+        return ones.tril()
+    return ones.tril().triu(-(window - 1))
+
+
+def mask_library(layer_type, N, window):
+    from mha_lib.nn.masks import sliding_window_mask
+
+    return sliding_window_mask(N, window if layer_type == "sliding_attention" else N)
+
+
+def mask_loops(layer_type, N, window):
+    out = [[0] * N for _ in range(N)]
+    for i in range(N):
+        first = max(0, i - window + 1) if layer_type == "sliding_attention" else 0
+        for j in range(first, i + 1):
+            out[i][j] = 1
+    return out
+
+
+def test_the_mask_cases_cover_both_kinds_and_long_windows():
+    kinds = {t for t, _, _ in MASK_CASES}
+    assert kinds == {"sliding_attention", "full_attention"}
+    assert any(t == "sliding_attention" and w >= n for t, n, w in MASK_CASES)
+
+
+@pytest.mark.parametrize("fn", [mask_numpy, mask_torch, mask_library, mask_loops])
+def test_layer_mask_accepts_correct_forms(capsys, fn):
+    assert check_layer_mask(fn)
+    assert "✓ layer_mask: correct" in verdict(capsys)
+
+
+def _ij(N):
+    return np.arange(N)[:, None], np.arange(N)[None, :]
+
+
+def _sliding(fn):
+    """An answer that gets full layers right and computes sliding ones with fn(i, j, window)."""
+
+    def answer(layer_type, N, window):
+        i, j = _ij(N)
+        return fn(i, j, window) if layer_type == "sliding_attention" else j <= i
+
+    return answer
+
+
+MASK_WRONG = [
+    (lambda t, N, w: _ij(N)[1] <= _ij(N)[0], "the mask of a full_attention layer"),
+    (lambda t, N, w: mask_numpy("sliding_attention", N, w), "the mask of a sliding_attention"),
+    (_sliding(lambda i, j, w: (j <= i) & (i - j <= w)), "window + 1 keys"),
+    (_sliding(lambda i, j, w: (j <= i) & (i - j < w - 1)), "window - 1 keys"),
+    (_sliding(lambda i, j, w: np.abs(i - j) < w), "not causal"),
+    (lambda t, N, w: mask_numpy(t, N, w).T, "transposed"),
+    (_sliding(lambda i, j, w: (j < i) & (i - j < w)), "does not see itself"),
+    (_sliding(lambda i, j, w: (j <= i) & (j < w)), "first `window` keys"),
+    (lambda t, N, w: ~mask_numpy(t, N, w), "may NOT see"),
+    (lambda t, N, w: mask_numpy(t, N, w)[:-1], "expected shape"),
+    (_sliding(lambda i, j, w: (j <= i) & (i - j < w) & (j % 2 == 0)), "wrong values"),
+    (lambda t, N, w: None, "not implemented"),
+]
+
+
+@pytest.mark.parametrize("fn, words", MASK_WRONG)
+def test_layer_mask_names_the_mistake(capsys, fn, words):
+    assert not check_layer_mask(fn)
+    out = verdict(capsys)
+    assert out.startswith("✗ layer_mask:") and words in out, out
+
+
+# softcap_attention -----------------------------------------------------------------------------
+
+
+def softcap_torch(q, k, v, cap):
+    N, d = q.shape[-2], q.shape[-1]
+    s = q @ k.transpose(-1, -2) / d**0.5  # (B, h, N, N)
+    s = cap * torch.tanh(s / cap)
+    s = s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def softcap_library(q, k, v, cap):
+    from mha_lib.nn.backends import eager_attention
+    from mha_lib.nn.masks import softcap_score_mod
+
+    return eager_attention(q, k, v, score_mod=softcap_score_mod(cap))
+
+
+def softcap_sdpa_mask(q, k, v, cap):
+    """The capped scores as an additive float mask of SDPA on zero queries: another form."""
+    import torch.nn.functional as F
+
+    N, d = q.shape[-2], q.shape[-1]
+    s = cap * torch.tanh(q @ k.transpose(-1, -2) / d**0.5 / cap)
+    s = s.masked_fill(~torch.ones(N, N, dtype=torch.bool).tril(), float("-inf"))
+    return F.scaled_dot_product_attention(torch.zeros_like(q), k, v, attn_mask=s)
+
+
+def softcap_numpy(q, k, v, cap):
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    N, d = q.shape[-2], q.shape[-1]
+    s = cap * np.tanh(q @ np.swapaxes(k, -1, -2) / np.sqrt(d) / cap)
+    s = np.where(np.tril(np.ones((N, N), bool)), s, -np.inf)
+    w = np.exp(s - s.max(-1, keepdims=True))
+    return (w / w.sum(-1, keepdims=True)) @ v
+
+
+@pytest.mark.parametrize("fn", [softcap_torch, softcap_library, softcap_sdpa_mask, softcap_numpy])
+def test_softcap_accepts_correct_forms(capsys, fn):
+    assert check_softcap_attention(fn)
+    assert "✓ softcap_attention: correct" in verdict(capsys)
+
+
+def _attn(q, k, v, cap, score=None, after_mask=False, after_softmax=False):
+    N, d = q.shape[-2], q.shape[-1]
+    raw = q @ k.transpose(-1, -2)
+    s = score(raw, d) if score else cap * torch.tanh(raw / d**0.5 / cap)
+    causal = torch.ones(N, N, dtype=torch.bool).tril()
+    if after_mask:
+        s = cap * torch.tanh((raw / d**0.5).masked_fill(~causal, float("-inf")) / cap)
+        return torch.softmax(s, dim=-1) @ v
+    w = torch.softmax(s.masked_fill(~causal, float("-inf")), dim=-1)
+    if after_softmax:
+        w = cap * torch.tanh(w / cap)
+    return w @ v
+
+
+def _score(fn):
+    return lambda q, k, v, c: _attn(q, k, v, c, score=lambda r, d: fn(r, d, c))
+
+
+SOFTCAP_WRONG = [
+    (lambda q, k, v, c: _attn(q, k, v, c, after_mask=True), "after the mask"),
+    (
+        lambda q, k, v, c: _attn(q, k, v, c, score=lambda r, d: r / d**0.5, after_softmax=True),
+        "after the softmax",
+    ),
+    (_score(lambda r, d, c: r / d**0.5), "no cap"),
+    (_score(lambda r, d, c: (r / d**0.5).clamp(-c, c)), "clamp"),
+    (_score(lambda r, d, c: torch.tanh(r / d**0.5 / c)), "factor"),
+    (_score(lambda r, d, c: c * torch.tanh(r / d**0.5)), "cap·tanh(s)"),
+    (_score(lambda r, d, c: c * torch.tanh(r / c) / d**0.5), "before dividing"),
+    (_score(lambda r, d, c: c * torch.tanh(r / c)), "divided by √d"),
+    (lambda q, k, v, c: _attn(q, k, v, c)[..., :-1], "expected shape"),
+    (lambda q, k, v, c: _attn(q, k, v, c).half(), "only to about 1e-3"),
+    (lambda q, k, v, c: None, "not implemented"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fn, words", SOFTCAP_WRONG)
+def test_softcap_names_the_mistake(capsys, fn, words):
+    assert not check_softcap_attention(fn)
+    out = verdict(capsys)
+    assert out.startswith("✗ softcap_attention:") and words in out, out
+
+
+def test_softcap_on_numpy_only_passes_with_a_note(capsys):
+    def numpy_only(q, k, v, cap):
+        assert isinstance(q, np.ndarray)
+        return softcap_numpy(q, k, v, cap)
+
+    assert check_softcap_attention(numpy_only)
+    out = verdict(capsys)
+    assert "✓ softcap_attention: correct (on numpy arrays only" in out, out

@@ -128,8 +128,10 @@ def test_bits_per_weight_of_each_format():
     assert bits_per_weight("Q8_0") == 8.5 and bits_per_weight("Q4_1") == 5
     assert bits_per_weight("Q4_0") == 4.5 and bits_per_weight("Q5_1") == 6
     assert stored_bytes(64, "Q4_1") == 40 and stored_bytes(33, "Q8_0") == 68  # whole blocks
-    with pytest.raises(ValueError, match="'Q4_K' is not supported"):
-        bits_per_weight("Q4_K")
+    assert bits_per_weight("Q4_K") == 4.5 and bits_per_weight("Q6_K") == 6.5625  # K-quants
+    assert stored_bytes(257, "Q4_K") == 2 * 144
+    with pytest.raises(ValueError, match="'IQ4_NL' is not supported"):
+        bits_per_weight("IQ4_NL")
 
 
 def test_a_q4_1_block_by_hand_equals_ggufs_dequantize(real):
@@ -191,7 +193,8 @@ def test_every_supported_format_reads_back(tmp_path, qtype, skip_arrays):
                      atol=0)  # fmt: skip
         error = 1 / 2 ** {"Q4_0": 3, "Q4_1": 3, "Q5_0": 4, "Q5_1": 4, "Q8_0": 6}.get(qtype, 7)
         assert_close(f.read("x").numpy(), a, rtol=0, atol=error * np.abs(a).max())
-    assert set(QUANT_FORMATS) == {"F32", "F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0"}
+    assert set(QUANT_FORMATS) == {"F32", "F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0",
+                                  "Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K"}  # fmt: skip
 
 
 # ------------------------------------------------------------------------------- bad input
@@ -224,15 +227,41 @@ def test_an_unsupported_format_is_named(tmp_path):
     import gguf
 
     w = gguf.GGUFWriter(tmp_path / "k.gguf", "llama")
-    w.add_tensor("x", np.zeros((2, 144), dtype=np.uint8), raw_dtype=GGMLQuantizationType.Q4_K)
+    w.add_tensor("x", np.zeros((2, 18), dtype=np.uint8), raw_dtype=GGMLQuantizationType.IQ4_NL)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     with GGUFFile(tmp_path / "k.gguf") as f:
-        assert f.tensors["x"].qtype == "Q4_K"
-        with pytest.raises(ValueError, match="'Q4_K' is not supported; expected one of F32"):
+        assert f.tensors["x"].qtype == "IQ4_NL"
+        with pytest.raises(ValueError, match="'IQ4_NL' is not supported; expected one of F32"):
             f.read("x")
+
+
+@pytest.mark.parametrize("qtype", ["Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K"])
+def test_k_quants_are_read_whole_and_in_parts(tmp_path, qtype):
+    """A K-quant matrix (rows of two super-blocks of 256) read as gguf dequantizes it, whole,
+    by rows and by columns on the super-blocks; columns inside a super-block are refused."""
+    import gguf
+
+    _, nbytes = QUANT_FORMATS[qtype]  # bytes per super-block of 256
+    # random bytes below 0x7C: every float16 scale among them is finite (gguf quantizes to
+    # K-quants in C only)
+    blocks = np.random.default_rng(3).integers(0, 0x7C, size=(5, 2 * nbytes), dtype=np.uint8)
+    writer = gguf.GGUFWriter(tmp_path / "k.gguf", "llama")
+    writer.add_tensor("x", blocks, raw_dtype=GGMLQuantizationType[qtype])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    expected = torch.from_numpy(dequantize(blocks, GGMLQuantizationType[qtype]))  # (5, 512)
+    with GGUFFile(tmp_path / "k.gguf") as f:
+        assert f.tensors["x"].shape == (5, 512) and f.tensors["x"].qtype == qtype
+        assert_close(f.read("x"), expected, rtol=0, atol=0)
+        assert_close(f.read("x", rows=(1, 4), cols=(256, 512)), expected[1:4, 256:], rtol=0,
+                     atol=0)  # fmt: skip
+        with pytest.raises(ValueError, match="blocks of 256 weights"):
+            f.read("x", cols=(32, 256))
 
 
 def test_bad_ranges_and_names(real):

@@ -203,7 +203,185 @@ def test_missing_truncated_and_foreign_model_files(tmp_path, make_tiny_gguf):
 def test_an_unsupported_quantisation_type_is_refused_before_loading(tmp_path, make_tiny_gguf):
     import numpy as np
 
-    extra = {"blk.0.ffn_up.weight": (np.zeros((96, 144), dtype=np.uint8), "RAW")}
+    extra = {"blk.0.ffn_up.weight": (np.zeros((96, 36), dtype=np.uint8), "RAW")}  # 2 blocks a row
     make_tiny_gguf(tmp_path / "k.gguf", skip=("blk.0.ffn_up.weight",), extra=extra)
-    with pytest.raises(ValueError, match="'Q4_K' is not supported"):
+    with pytest.raises(ValueError, match="'IQ4_NL' is not supported"):
         load_decoder(tmp_path / "k.gguf")
+
+
+# ------------------------------------------------------------------ load_gguf: every architecture
+
+KINDS = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3": "gemma3_text"}
+FORMATS = ("F32", "F16", "Q8_0", "Q4_0")
+TOKENIZER_TEXTS = [
+    "The capital of France is Paris.",
+    "def f(x):\n    return x ** 2  # 12345\n\n",
+    "Once upon a time, 1987 crêpes   café ÜNÏCÖDÉ 😀 -> {a: [1, 2]}",
+    "  leading spaces, trailing tabs\t\t\nand CamelCase words, don't we'll I'M",
+]
+
+
+def hf_of(kind: str):
+    """A random transformers model of `kind` for a file: float32, C = 64 (quantized blocks of
+    32), the vocabulary of the file's tokenizer, Qwen3's heads of 128 (transformers reads no
+    head size from a qwen3 file and takes its default, 128: here not C / h = 16)."""
+    import torch
+
+    from tests.gguf_files import vocab_size
+    from tests.hf_models import random_hf
+
+    return random_hf(kind, vocab_size=vocab_size(KINDS[kind]), hidden_size=64,
+                     dtype=torch.float32, qwen3_head_dim=128)  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=[(k, q) for k in KINDS for q in FORMATS],
+                ids=lambda p: f"{p[0]}-{p[1]}")  # fmt: skip
+def written(request, tmp_path_factory):
+    """(kind, qtype, ours, tokenizer, transformers' model read from the same file, path)."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    from mha_lib.llm.loader import load_gguf
+    from tests.gguf_files import write_gguf
+
+    kind, qtype = request.param
+    path = tmp_path_factory.mktemp("gguf") / f"{kind}-{qtype}.gguf"
+    write_gguf(path, hf_of(kind), qtype=qtype)
+    ours, tok = load_gguf(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        ).eval()
+    return kind, qtype, ours, tok, ref, path
+
+
+def test_load_gguf_equals_transformers_reading_the_same_file(written):
+    """Logits of random weights (of order 5) to float32's rounding, and 12 greedy tokens, on
+    a prompt longer than Gemma's window (5) in every format."""
+    kind, qtype, ours, _, ref, _ = written
+    assert type(ref).__name__.lower().startswith(kind)
+    ids = ids_of((2, 13), ours.config.vocab_size, seed=30)
+    with torch.no_grad():
+        assert_close(ours(ids), ref(ids).logits, rtol=0, atol=1e-4, msg=f"{kind} {qtype}")
+    prompt = ids[:1, :9]
+    trace = Trace()
+    out = generate(ours, prompt, 12, stop_ids=(), trace=trace)
+    expected = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12,
+                            min_new_tokens=12, do_sample=False, pad_token_id=0)  # fmt: skip
+    assert out.tolist() == expected.tolist()
+    assert min(trace.logit_margins) > 1e-3  # no near-tie: the equality is not luck
+
+
+def test_load_gguf_builds_the_architecture_the_file_names(written):
+    kind, qtype, ours, tok, _, path = written
+    cfg = ours.config
+    with GGUFFile(path, skip_arrays=True) as f:
+        assert f.value("general.architecture") == kind
+        assert {f.tensors[n].qtype for n in f.tensors if n.endswith("ffn_up.weight")} == {qtype}
+    assert cfg.qk_norm == (kind in ("qwen3", "gemma3"))
+    assert cfg.attention_bias == (kind == "qwen2")
+    assert cfg.sandwich_norms == (kind == "gemma3")
+    if kind == "gemma3":
+        assert cfg.layer_types == ("sliding_attention",) * 5 + (
+            "full_attention",
+            "sliding_attention",
+        )
+        assert cfg.sliding_window == 5 and cfg.rope_local_base == 10000.0
+        assert type(tok).__name__ == "SentencePieceTokenizer"
+    else:
+        assert cfg.layer_types is None and type(tok).__name__ == "GGUFTokenizer"
+    assert type(ours.embed).__name__ == "QuantizedEmbedding"  # the tied Q8_0 embedding, kept
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_the_tokenizer_from_the_file_equals_transformers(kind, tmp_path):
+    """Byte-level BPE with llama.cpp's 'llama-bpe' and 'qwen2' splits, and SentencePiece with
+    scores and byte fallback (é, Ü, 😀 are not pieces of the small vocabulary), against
+    transformers' tokenizer built from the same file."""
+    import warnings
+
+    from transformers import AutoTokenizer
+
+    from mha_lib.llm.loader import tokenizer_from_gguf
+    from tests.gguf_files import write_gguf
+
+    path = tmp_path / f"{kind}.gguf"
+    write_gguf(path, hf_of(kind), qtype="F32")
+    with GGUFFile(path) as f:
+        ours = tokenizer_from_gguf(f)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    for text in TOKENIZER_TEXTS:
+        ids = ours.encode(text)
+        assert ids == ref.encode(text, add_special_tokens=False), (kind, text)
+        assert ours.decode(ids) == text
+    if kind == "gemma3":
+        assert any(ours.token_types[i] == 6 for i in ours.encode("😀"))  # byte fallback
+
+
+def test_the_rope_layout_and_the_float_embedding_keep_the_logits(tmp_path):
+    """rope_interleaved moves Qwen2's rows (and biases) and Gemma's (and QK-norm weights) into
+    adjacent pairs; quantized_embedding=False dequantizes the embedding: the same logits."""
+    from mha_lib.llm.loader import load_gguf
+    from tests.gguf_files import write_gguf
+
+    for kind in ("qwen2", "gemma3"):
+        path = tmp_path / f"{kind}.gguf"
+        write_gguf(path, hf_of(kind), qtype="Q8_0")
+        base, _ = load_gguf(path)
+        inter, _ = load_gguf(path, rope_interleaved=True)
+        plain, _ = load_gguf(path, quantized_embedding=False)
+        assert inter.rope_interleaved and type(plain.embed).__name__ == "Embedding"
+        ids = ids_of((1, 11), base.config.vocab_size, seed=31)
+        with torch.no_grad():
+            assert_close(inter(ids), base(ids), rtol=0, atol=1e-5, msg=kind)
+            assert_close(plain(ids), base(ids), rtol=0, atol=0, msg=kind)
+
+
+def test_bad_files_are_refused_before_a_weight_is_read(tmp_path, monkeypatch):
+    """Truncated, foreign, of an unknown architecture, missing a tensor, of a wrong shape, of an
+    unsupported format or tokenizer: each a clear error, and no weight read (nothing is half
+    loaded)."""
+    import numpy as np
+
+    from mha_lib.llm import loader
+    from tests.gguf_files import write_gguf
+
+    reads = []
+    monkeypatch.setattr(loader, "read_weight", lambda *a, **k: reads.append(a[1]))
+    hf = hf_of("qwen2")
+    good = tmp_path / "good.gguf"
+    write_gguf(good, hf, qtype="Q8_0")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(good.read_bytes()[:-3000])
+    foreign = tmp_path / "foreign.gguf"
+    foreign.write_bytes(b"PK\x03\x04" + bytes(4000))
+    cases = {
+        "phi3": ("holds a 'phi3' model; load_gguf reads 'llama' .*'qwen2'.*'qwen3'.*'gemma3'",
+                 dict(arch="phi3")),
+        "gap": (r"missing \['blk.1.ffn_up.weight'\]", dict(skip=("blk.1.ffn_up.weight",))),
+        "shape": (r"blk.0.ffn_up.weight has shape \(96, 32\); expected \(96, 64\)",
+                  dict(skip=("blk.0.ffn_up.weight",),
+                       extra={"blk.0.ffn_up.weight": (np.zeros((96, 32), np.float32), "F32")})),
+        "format": ("'IQ4_NL' is not supported",
+                   dict(skip=("blk.0.ffn_up.weight",),
+                        extra={"blk.0.ffn_up.weight": (np.zeros((96, 36), np.uint8), "RAW")})),
+        "no vocabulary": ("stores no vocabulary", dict(vocab=False)),
+    }  # fmt: skip
+    for name, (message, kwargs) in cases.items():
+        path = tmp_path / f"{name}.gguf"
+        write_gguf(path, hf, qtype="Q8_0", **kwargs)
+        with pytest.raises(ValueError, match=message):
+            loader.load_gguf(path)
+    with pytest.raises(ValueError, match="truncated"):
+        loader.load_gguf(cut)
+    with pytest.raises(ValueError, match="not a readable GGUF file"):
+        loader.load_gguf(foreign)
+    with pytest.raises(FileNotFoundError, match="no GGUF file at"):
+        loader.load_gguf(tmp_path / "none.gguf")
+    with pytest.raises(ValueError, match=r"has sha256 .* expected 00"):
+        loader.load_gguf(good, expected_sha256="00" * 32)
+    assert reads == []

@@ -81,6 +81,24 @@ def test_the_parts_run_side_by_side_and_the_thread_count_comes_back(small, threa
     assert_close(logits.numpy(), one.numpy())  # each row's product is the same, in any part
 
 
+@pytest.mark.parametrize("mode", ["inference_mode", "no_grad"])
+def test_the_parts_run_in_the_callers_mode(small, mode):
+    """Inference and grad modes are per thread: the workers take on the caller's (under
+    torch.inference_mode the output is an inference tensor, which only that mode may write)."""
+    f, _ = small
+    emb = QuantizedEmbedding.from_gguf(f, chunk_rows=64)
+    h = torch.randn(3, 96, generator=torch.Generator().manual_seed(2))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with getattr(torch, mode)():
+            logits = emb.logits(h)
+    finally:
+        torch.set_num_threads(before)
+    assert logits.is_inference() == (mode == "inference_mode")
+    assert_close(logits.numpy(), emb.logits(h).numpy())
+
+
 def test_bad_input_is_named(small):
     f, _ = small
     emb = QuantizedEmbedding.from_gguf(f)

@@ -13,10 +13,14 @@ import torch
 import torch.nn.functional as F
 
 from mha_lib.llm.loader import hf_names
+from mha_lib.nn.backends import RecordWeights
 from mha_lib.nn.decoder import DecoderBlock, DecoderConfig, DecoderLM, RMSNorm, SwiGLU
-from mha_lib.nn.kv_cache import KVCache
+from mha_lib.nn.generation import generate
+from mha_lib.nn.kv_cache import KVCache, SinkKVCache
+from mha_lib.nn.masks import bottom_right_window_tensor
 from mha_lib.positions import rope
 from mha_lib.testing import assert_close
+from tests.hf_models import decoder_from_hf, random_hf
 
 RAND_ATOL = 1e-5  # see the module docstring
 
@@ -351,6 +355,144 @@ def test_partial_rope_turns_the_first_rope_dim_numbers_only():
         DecoderLM(cfg).set_rope_layout(True)
 
 
+# ------------------------------------------------------------------ other architectures (15)
+# Each a random transformers model of tiny odd sizes in float64, read into a DecoderLM through
+# the one configuration; transformers computes RMSNorm in float32 in Gemma (x.float()), so the
+# comparisons are at float32's precision there (GEMMA_ATOL on logits of order 10).
+
+GEMMA_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module", params=["qwen2", "gemma2", "gemma3"])
+def other(request):
+    hf = random_hf(request.param)
+    return request.param, hf, decoder_from_hf(hf)
+
+
+def test_other_architectures_equal_transformers_past_their_window(other):
+    """13 tokens: past every sliding window (5), so the windowed mask matters."""
+    kind, hf, ours = other
+    ids = ids_of((2, 13), 101, seed=20)
+    with torch.no_grad():
+        ref = hf(ids).logits
+        for attention in ("sdpa", "eager"):
+            assert_close(ours(ids, attention=attention), ref, rtol=0, atol=GEMMA_ATOL, msg=kind)
+        if kind != "gemma2":  # the tiled loop takes windows, not soft-capping
+            assert_close(ours(ids, attention="flash"), ref, rtol=0, atol=GEMMA_ATOL, msg=kind)
+
+
+def test_other_architectures_decode_with_their_caches(other):
+    """A prefill longer than the window, a chunk, then one token at a time: the sliding layers'
+    rolling caches (notebook 11's, no sinks) and the global layers' KV caches give the logits
+    of one pass, and transformers' cached generation gives the same greedy tokens."""
+    kind, hf, ours = other
+    ids = ids_of((1, 24), 101, seed=21)
+    with torch.no_grad():
+        full = ours(ids)
+        cache = ours.new_cache(1, 24)
+        parts = [ours(ids[:, :7], cache), ours(ids[:, 7:9], cache)]
+        parts += [ours(ids[:, t : t + 1], cache) for t in range(9, 24)]
+    assert_close(torch.cat(parts, dim=1), full, rtol=0, atol=1e-10, msg=kind)
+    kinds = {type(c).__name__ for c in cache.layers}
+    windows = {c.window for c in cache.layers if isinstance(c, SinkKVCache)}
+    if kind == "qwen2":
+        assert kinds == {"KVCache"}
+    else:
+        assert kinds == {"KVCache", "SinkKVCache"} and windows == {5} and not cache.rolling
+    prompt = ids[:, :9]
+    out = generate(ours, prompt, 12, stop_ids=())
+    ref = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12,
+                      min_new_tokens=12, do_sample=False, pad_token_id=0)  # fmt: skip
+    assert out.tolist() == ref.tolist(), kind
+
+
+def test_need_weights_respects_the_window_and_the_soft_cap(other):
+    kind, hf, ours = other
+    ids = ids_of((1, 11), 101, seed=22)
+    with torch.no_grad():
+        _, weights = ours(ids, need_weights=True)
+        ref = hf(ids, output_attentions=True).attentions
+    for l, (w, r) in enumerate(zip(weights, ref)):
+        assert_close(w, r, rtol=0, atol=1e-6, msg=f"{kind} layer {l}")
+        if ours.layers[l].self_attn.window is not None:  # nothing beyond the last 5 keys
+            assert float(w[..., 10, :6].abs().max()) == 0.0
+
+
+def test_a_gemma3_layer_has_its_type_its_base_and_its_cache():
+    ours = decoder_from_hf(random_hf("gemma3"))
+    types = [layer.self_attn.layer_type for layer in ours.layers]
+    assert types == ["sliding_attention"] * 5 + ["full_attention", "sliding_attention"]
+    assert [layer.self_attn.rope_base for layer in ours.layers[4:6]] == [10000.0, 1e6]
+    assert ours.layers[0].self_attn.query_factor == 0.25  # 256^-1/2 · √16: folded into q
+    cache = ours.new_cache(1, 40)
+    assert cache.layers[0].nbytes == 2 * 1 * 1 * 5 * 16 * 8  # a window's worth, float64
+    assert cache.layers[5].nbytes == 2 * 1 * 1 * 40 * 16 * 8
+    with pytest.raises(ValueError, match="max_len = 65 is longer than the model's context"):
+        ours.new_cache(1, 65)
+
+
+def test_unknown_layer_types_and_bad_options_are_refused():
+    base = dict(vocab_size=11, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
+                head_dim=8, intermediate_size=8, rope_base=100.0, rms_norm_eps=1e-6,
+                context_length=32)  # fmt: skip
+    with pytest.raises(ValueError, match=r"layer_types\[1\] = 'local' is not a layer"):
+        DecoderConfig(**base, layer_types=("full_attention", "local"))
+    with pytest.raises(ValueError, match="layer_types has 1 entries; expected one per layer"):
+        DecoderConfig(**base, layer_types=("full_attention",))
+    with pytest.raises(ValueError, match="sliding_window = None; a sliding_attention layer"):
+        DecoderConfig(**base, layer_types=("sliding_attention", "full_attention"))
+    with pytest.raises(ValueError, match="mlp_activation = 'relu'; expected one of"):
+        DecoderConfig(**base, mlp_activation="relu")
+    cfg = DecoderConfig(**base, layer_types=["sliding_attention", "full_attention"],
+                        sliding_window=4)  # fmt: skip
+    assert cfg.layer_types == ("sliding_attention", "full_attention")  # a list becomes a tuple
+    with pytest.raises(ValueError, match=r"notebook 09's kernel .* \['window'\]"):
+        DecoderLM(cfg)(ids_of((1, 6), 11), attention="triton")
+
+
+def test_the_gpt_oss_attention_layers_sink_logits_equal_transformers():
+    """gpt-oss's learned sinks (an extra logit per head that takes weight and adds no value) at
+    the level of one attention layer, sliding and full: the whole model (mixture of experts,
+    YaRN) is out of scope. Its biases on all four projections are left out here (the config's
+    attention_bias=False): ours models Qwen2's, on q, k and v."""
+    import transformers as tf
+    from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention
+
+    torch.manual_seed(3)
+    c = tf.GptOssConfig(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        num_hidden_layers=2, sliding_window=5, attention_bias=False,
+                        rope_parameters={"rope_type": "default", "rope_theta": 1000.0})  # fmt: skip
+    c._attn_implementation = "eager"
+    cfg = DecoderConfig(vocab_size=11, hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
+                        head_dim=16, intermediate_size=8, rope_base=1000.0, rms_norm_eps=1e-6,
+                        context_length=64, layer_types=tuple(c.layer_types), sliding_window=5,
+                        attention_sinks=True)  # fmt: skip
+    ours = DecoderLM(cfg).double()
+    x = torch.randn(2, 12, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    pos = torch.arange(12)
+    angles = pos[:, None].double() * 1000.0 ** (-torch.arange(0, 16, 2).double() / 16)
+    rotary = (angles.cos()[None].expand(2, -1, -1), angles.sin()[None].expand(2, -1, -1))
+    for l in range(2):
+        ref = GptOssAttention(c, l).double()
+        with torch.no_grad():
+            ref.sinks.uniform_(-1.0, 3.0)
+            mine = ours.layers[l].self_attn
+            for a, b in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"),
+                         ("out_proj", "o_proj")):  # fmt: skip
+                getattr(mine, a).weight.copy_(getattr(ref, b).weight)
+            mine.sink_logits.copy_(ref.sinks)
+            window = 5 if mine.window else 12
+            allowed = bottom_right_window_tensor(12, 12, window)
+            mask = torch.zeros(12, 12, dtype=torch.float64).masked_fill(~allowed, float("-inf"))
+            expected, ref_weights = ref(x, rotary, mask[None, None])
+            assert_close(mine(x, pos), expected, rtol=0, atol=1e-10, msg=f"layer {l}")
+            recorder = RecordWeights()
+            mine(x, pos, attention=recorder)
+        assert_close(recorder.weights[0], ref_weights, rtol=0, atol=1e-12)
+        assert float(recorder.weights[0].sum(-1).max()) < 1  # the sink took its share
+    assert [layer.self_attn.window for layer in ours.layers] == [5, None]
+
+
 # ------------------------------------------------------------------ the output gate, layer types
 
 
@@ -410,9 +552,9 @@ def test_layer_types_name_each_layers_mixer_and_unknown_names_are_refused():
     cfg = DecoderConfig(**base, layer_types=["full_attention", "full_attention"])
     assert cfg.layer_types == ("full_attention", "full_attention")  # a tuple, hashable
     assert DecoderConfig(**base).layer_type(1) == "full_attention"
-    with pytest.raises(ValueError, match=r"layer_types\[1\] = 'mamba'; expected one of"):
+    with pytest.raises(ValueError, match=r"layer_types\[1\] = 'mamba' is not a layer"):
         DecoderConfig(**base, layer_types=("full_attention", "mamba"))
-    with pytest.raises(ValueError, match=r"expected a tuple of num_layers = 2 names"):
+    with pytest.raises(ValueError, match=r"layer_types has 1 entries; expected one per layer"):
         DecoderConfig(**base, layer_types=("full_attention",))
     linear = DecoderConfig(**base, layer_types=("linear_attention", "full_attention"))
     with pytest.raises(ValueError, match=r"layer_types\[0\] = 'linear_attention'.*HybridLM"):

@@ -21,7 +21,12 @@ from mha_lib.nn.kv_cache import (
     sink_cached_attention,
     slot_of,
 )
-from mha_lib.nn.masks import bottom_right_causal_mask, sink_window_mask, sliding_window_mask
+from mha_lib.nn.masks import (
+    bottom_right_causal_mask,
+    bottom_right_window_tensor,
+    sink_window_mask,
+    sliding_window_mask,
+)
 from mha_lib.positions import rope
 from tests.nn.nn_inputs import DTYPES, TOL, randn, seeds
 
@@ -261,3 +266,42 @@ def test_a_decoder_cache_is_one_entry_per_layer():
     assert DecoderCache([SinkKVCache(1, 1, 4, 2)]).rolling
     with pytest.raises(TypeError, match="a non-empty list of per-layer caches"):
         DecoderCache([])
+
+
+@pytest.mark.parametrize("chunks", [[13], [4, 9], [6, 1, 1, 5], [1] * 13, [9, 4]])
+def test_a_sliding_layers_cache_takes_chunks_past_its_window(chunks):
+    """No sinks, keys at their text positions (Gemma 3's sliding layers, notebook 15): a prompt
+    longer than the window, then chunks or single tokens; each chunk's queries attend to the
+    keys the cache held and their own under the window mask, as one masked pass over all."""
+    g = torch.Generator().manual_seed(3)
+    W, N, d = 5, 13, 8
+    q = torch.randn(1, 2, N, d, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 1, N, d, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 1, N, d, generator=g, dtype=torch.float64)
+    full = F.scaled_dot_product_attention(rope(q, torch.arange(N)), rope(k, torch.arange(N)), v,
+                                          attn_mask=torch.from_numpy(sliding_window_mask(N, W)),
+                                          enable_gqa=True)  # fmt: skip
+    cache = SinkKVCache(1, 1, d, W, 0, rope_positions="original", dtype=torch.float64)
+    assert cache.takes_chunks
+    out, t = [], 0
+    for n in chunks:
+        cache.check(1, n)
+        pos = torch.arange(t, t + n)
+        qt, kt, vt = cache.update(q[:, :, pos], k[:, :, pos], v[:, :, pos], pos, rope)
+        m = kt.shape[2]
+        assert m == (min(t, W) + n if n > 1 else min(t + 1, W))  # what it held, then the chunk
+        mask = bottom_right_window_tensor(n, m, W)
+        out.append(F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=True))
+        t += n
+    torch.testing.assert_close(torch.cat(out, dim=2), full, rtol=0, atol=1e-12)
+    assert cache.positions() == list(range(N - W, N)) and cache.seen == N
+    kept, _ = cache.keys_values()
+    torch.testing.assert_close(kept, rope(k, torch.arange(N))[:, :, N - W :], rtol=0, atol=1e-12)
+
+
+def test_a_cache_with_sinks_or_at_cache_places_takes_one_token_at_a_time():
+    for S, where in ((1, "original"), (0, "cache")):
+        cache = SinkKVCache(1, 1, 4, 3, S, rope_positions=where)
+        assert not cache.takes_chunks
+        with pytest.raises(ValueError, match="one token at a time"):
+            cache.check(1, 2)

@@ -27,7 +27,13 @@ from mha_lib.nn import (
     sliding_window_mask,
     sliding_window_mask_mod,
 )
-from mha_lib.nn.masks import bottom_right_causal_tensor
+from mha_lib.nn.masks import (
+    bottom_right_causal_tensor,
+    bottom_right_window_mask_mod,
+    bottom_right_window_tensor,
+    softcap_score_mod,
+)
+from mha_lib.testing import assert_close
 from tests.nn.nn_inputs import qkv, randn
 
 # --- masks ---------------------------------------------------------------------------------------
@@ -255,6 +261,28 @@ def test_perturb_the_future_catches_the_inverted_mask():
     assert (wrong[0, 0, -1] == 0).all()
 
 
+# --- a sliding layer's window and Gemma 2's soft cap (notebook 15) -------------------------------
+
+
+@pytest.mark.parametrize(("n", "m", "window"), [(9, 9, 4), (3, 11, 5), (1, 9, 9), (4, 6, 1)])
+def test_the_bottom_right_window_is_the_window_for_the_last_n_queries(n, m, window):
+    mask = bottom_right_window_tensor(n, m, window)  # (n, m)
+    assert torch.equal(mask, torch.from_numpy(sliding_window_mask(m, window))[m - n :])
+    assert torch.equal(mask, mask_from_mask_mod(bottom_right_window_mask_mod(n, m, window), n, m))
+    assert (mask.sum(-1) <= window).all() and mask[:, -1].tolist() == [False] * (n - 1) + [True]
+
+
+def test_the_soft_cap_keeps_small_scores_and_bounds_large_ones():
+    cap = softcap_score_mod(5.0)
+    s = torch.tensor([-1e4, -5.0, -0.01, 0.0, 0.01, 5.0, 1e4], dtype=torch.float64)
+    zero = torch.tensor(0)
+    capped = cap(s, zero, zero, zero, zero)
+    assert (capped.abs() <= 5.0).all() and float(capped[-1]) == 5.0  # never beyond ±cap
+    assert_close(capped[2:5], s[2:5], rtol=1e-5, atol=0)  # near 0, nearly the identity
+    assert_close(capped, 5.0 * torch.tanh(s / 5.0), rtol=0, atol=0)
+    assert torch.equal(capped.argsort(), s.argsort())  # the order of the scores is kept
+
+
 # --- bad input -----------------------------------------------------------------------------------
 
 q4 = torch.zeros(1, 2, 5, 4)
@@ -271,6 +299,8 @@ k4 = torch.zeros(1, 2, 6, 4)
         (lambda: document_mask([0.5, 1.0]), TypeError, "doc_ids must be"),
         (lambda: alibi_slopes(0), ValueError, "num_heads must be at least 1"),
         (lambda: leaks_future(lambda x: x, torch.zeros(3, 4)), ValueError, "expected (B, N, C)"),
+        (lambda: bottom_right_window_tensor(4, 6, 0), ValueError, "window must be at least 1"),
+        (lambda: softcap_score_mod(0), ValueError, "cap = 0; expected a positive number"),
     ],
 )
 def test_bad_input_is_refused_with_a_clear_message(call, error, message):

@@ -1,0 +1,115 @@
+"""Random transformers models of tiny odd sizes and our copies of them, shared by the tests of
+mha_lib.nn.decoder and mha_lib.llm.loader (imported by them, not a test).
+
+- `random_hf(kind, ...)`: a random transformers causal LM, "llama", "qwen2" (biases on q, k,
+  v), "qwen3" (QK-norm, head_dim not C/h), "gemma2" (soft-capping, query_pre_attn_scalar not d,
+  1:1 sliding windows) or "gemma3" (5 sliding layers to 1 global, one key/value head, two RoPE
+  bases, QK-norm), with eager attention and weights large enough that soft caps and windows
+  change the logits;
+- `config_from_hf(config)`: our `DecoderConfig` of its configuration;
+- `decoder_from_hf(hf)`: our `DecoderLM` with a copy of its weights, Gemma's norms, which
+  transformers applies as (1 + w), stored as the weight 1 + w (as a GGUF file stores them).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from mha_lib.llm.loader import hf_names
+from mha_lib.nn.decoder import DecoderConfig, DecoderLM
+
+KINDS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
+
+
+def quiet_transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: int = 48,
+              dtype=torch.float64, weight_std: float = 0.15, qwen3_head_dim: int = 24):  # fmt: skip
+    """A random transformers causal LM of `kind` (see the module docstring): C = hidden_size,
+    F = 1.5 C, 4 query heads of 16 (qwen3: qwen3_head_dim), tied embedding, context 64; norm
+    weights drawn around their neutral value, biases in [-0.5, 0.5], other weights
+    N(0, weight_std²)."""
+    import transformers as tf
+
+    if kind not in KINDS:
+        raise ValueError(f"kind = {kind!r}; expected one of {KINDS}")
+    quiet_transformers()
+    torch.manual_seed(seed)
+    common = dict(vocab_size=vocab_size, hidden_size=hidden_size,
+                  intermediate_size=hidden_size * 3 // 2, max_position_embeddings=64,
+                  rms_norm_eps=1e-6, tie_word_embeddings=True, num_attention_heads=4)  # fmt: skip
+    if kind == "llama":
+        cfg = tf.LlamaConfig(**common, num_hidden_layers=2, num_key_value_heads=2,
+                             head_dim=16, rope_theta=500.0)  # fmt: skip
+    elif kind == "qwen2":
+        cfg = tf.Qwen2Config(**common, num_hidden_layers=2, num_key_value_heads=2,
+                             rope_theta=3000.0)  # fmt: skip
+    elif kind == "qwen3":
+        cfg = tf.Qwen3Config(**common, num_hidden_layers=2, num_key_value_heads=2,
+                             head_dim=qwen3_head_dim, rope_theta=5000.0)  # fmt: skip
+    elif kind == "gemma2":
+        cfg = tf.Gemma2Config(**common, num_hidden_layers=4, num_key_value_heads=2, head_dim=16,
+                              sliding_window=5, query_pre_attn_scalar=20,
+                              attn_logit_softcapping=3.0, final_logit_softcapping=5.0)  # fmt: skip
+    else:  # gemma3: query_pre_attn_scalar left at transformers' default, 256, as a GGUF file
+        cfg = tf.Gemma3TextConfig(**common, num_hidden_layers=7, num_key_value_heads=1,
+                                  head_dim=16, sliding_window=5)  # fmt: skip
+    cfg._attn_implementation = "eager"
+    cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM,
+           "qwen3": tf.Qwen3ForCausalLM, "gemma2": tf.Gemma2ForCausalLM,
+           "gemma3": tf.Gemma3ForCausalLM}[kind]  # fmt: skip
+    hf = cls(cfg).to(dtype).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name:  # Llama's w around 1; Gemma's (1 + w) around 1 too
+                p.uniform_(-0.5, 0.5) if kind.startswith("gemma") else p.uniform_(0.5, 1.5)
+            elif name.endswith("bias"):
+                p.uniform_(-0.5, 0.5)
+            else:  # weights large enough that scores and logits reach the soft caps
+                p.normal_(0.0, weight_std)
+    return hf
+
+
+def config_from_hf(c) -> DecoderConfig:
+    """Our DecoderConfig of a transformers Llama, Qwen2, Qwen3, Gemma 2 or Gemma 3 config."""
+    gemma = c.model_type.startswith("gemma")
+    rope = c.rope_parameters
+    per_type = "full_attention" in rope  # Gemma 3: a base per kind of layer
+    return DecoderConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_layers=c.num_hidden_layers,
+        num_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
+        head_dim=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
+        intermediate_size=c.intermediate_size,
+        rope_base=float((rope["full_attention"] if per_type else rope)["rope_theta"]),
+        rms_norm_eps=c.rms_norm_eps, context_length=c.max_position_embeddings,
+        qk_norm=c.model_type in ("qwen3", "gemma3_text"),
+        layer_types=tuple(c.layer_types) if gemma else None,
+        sliding_window=c.sliding_window if gemma else None,
+        rope_local_base=float(rope["sliding_attention"]["rope_theta"]) if per_type else None,
+        attention_bias=c.model_type == "qwen2",
+        query_scale=c.query_pre_attn_scalar**-0.5 if gemma else None,
+        sandwich_norms=gemma, embedding_scale=c.hidden_size**0.5 if gemma else None,
+        mlp_activation="gelu_tanh" if gemma else "silu",
+        attn_logit_softcap=getattr(c, "attn_logit_softcapping", None),
+        final_logit_softcap=getattr(c, "final_logit_softcapping", None),
+    )  # fmt: skip
+
+
+def decoder_from_hf(hf, dtype=torch.float64) -> DecoderLM:
+    """Our DecoderLM with a copy of hf's weights (see the module docstring)."""
+    cfg = config_from_hf(hf.config)
+    ours = DecoderLM(cfg).to(dtype).eval()
+    sd = hf.state_dict()
+    gemma = cfg.sandwich_norms
+    ours.load_state_dict({
+        k: sd[v] + 1 if gemma and "norm" in k else sd[v] for k, v in hf_names(cfg).items()
+    })  # fmt: skip
+    return ours
