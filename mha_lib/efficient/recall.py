@@ -467,11 +467,14 @@ def sweep_summary(sweep: dict) -> dict[tuple[int, str], dict]:
     return out
 
 
-def main(argv=None) -> int:
+def sweep_command(prog: str, run_sweep, default_out: Path, argv=None) -> int:
+    """A sweep's command line (notebook 11's here, notebook 16's in
+    `mha_lib.linear_attention.recall`): run_sweep(verbose=True, processes=...) -> a dict,
+    written as JSON with the minutes it took."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m mha_lib.efficient.recall")
-    parser.add_argument("out", nargs="?", type=Path, default=SWEEP_FILE)
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("out", nargs="?", type=Path, default=default_out)
     parser.add_argument("--processes", type=int, default=2)
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
@@ -480,6 +483,10 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out} in {result['minutes']} min")
     return 0
+
+
+def main(argv=None) -> int:
+    return sweep_command("python -m mha_lib.efficient.recall", run_sweep, SWEEP_FILE, argv)
 
 
 if __name__ == "__main__":

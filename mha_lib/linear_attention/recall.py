@@ -60,7 +60,6 @@ from ..efficient.recall import (
 )
 from ..pytorch import merge_heads, split_heads
 from ..runtime import provenance
-from ..stats import t_interval, wilson_interval
 from .gated_deltanet import initial_decays, l2_normalize
 from .update_rules import gated_delta_rule
 
@@ -309,40 +308,16 @@ def sweep_table(sweep: dict) -> dict[tuple[int, str], dict[int, float]]:
 
 
 def sweep_summary(sweep: dict) -> dict[tuple[int, str], dict]:
-    """Per (budget, variant): the mean accuracy with its 95 % t-interval over the seeds (not
-    clipped), how many seeds solved the task (accuracy >= notebook 11's 0.9) with the Wilson
-    interval of that rate, and the parameter count."""
-    params = {(r["budget"], r["variant"]): r["params"] for r in sweep["runs"]}
-    out = {}
-    for key, by_seed in sweep_table(sweep).items():
-        accs = list(by_seed.values())
-        mean, half = (float(v) for v in t_interval(accs))
-        solved = sum(a >= recall.SOLVED for a in accs)
-        out[key] = {
-            "mean": mean,
-            "low": mean - half,
-            "high": mean + half,
-            "solved": solved,
-            "solved interval": wilson_interval(solved, len(accs)),
-            "seeds": len(accs),
-            "params": params[key],
-        }
-    return out
+    """Per (budget, variant): notebook 11's summary (`efficient.recall.sweep_summary`: the mean
+    accuracy with its 95 % t-interval over the seeds, not clipped; how many seeds solved the task,
+    accuracy >= 0.9, with the Wilson interval of that rate; the parameter count)."""
+    return recall.sweep_summary(sweep)
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m mha_lib.linear_attention.recall")
-    parser.add_argument("out", nargs="?", type=Path, default=SWEEP_FILE)
-    parser.add_argument("--processes", type=int, default=2)
-    args = parser.parse_args(argv)
-    t0 = time.perf_counter()
-    result = run_sweep(verbose=True, processes=args.processes)
-    result["minutes"] = round((time.perf_counter() - t0) / 60, 1)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out} in {result['minutes']} min")
-    return 0
+    return recall.sweep_command(
+        "python -m mha_lib.linear_attention.recall", run_sweep, SWEEP_FILE, argv
+    )
 
 
 if __name__ == "__main__":
