@@ -31,6 +31,8 @@ What it holds:
 How a fault ends the group instead of hanging it:
 - the parent hosts the group's key-value store (`TCPStore`) on a port the system picks free at
   start (port 0), and every rank meets the others there;
+- every rank waits at a barrier after joining and before leaving, so a fault inside fn is met
+  by peers that are fully connected;
 - the group has a timeout (comm_timeout): a rank waiting in a collective for a peer that never
   comes raises after it, instead of waiting forever;
 - the parent waits on every rank with a deadline (timeout); after the first failure it collects
@@ -131,6 +133,10 @@ def _rank_main(rank, world_size, port, backend, comm_timeout, threads, payload, 
         dist.init_process_group(
             backend, store=store, rank=rank, world_size=world_size, timeout=comm_timeout
         )
+        # no rank starts before every rank has joined: a rank that fails at once would otherwise
+        # close its sockets while a slower peer is still connecting, and that peer would report
+        # the lost connection instead of finding the same fault itself
+        dist.barrier()
         value = fn(*args)
         # no rank leaves before every rank is done: a rank that is still connecting (gloo sets
         # up its connections as it starts) would otherwise see its peers' sockets close
