@@ -8,20 +8,19 @@ a session that uses none of them imports neither torch nor gguf for them.
   every comparison with them shares these two;
 - `reference_run(ids)`: the reference model's output with eager attention, its attention
   weights and residual streams included (notebook 13's comparisons);
-- `write_tiny_gguf(path, ...)`: a small Llama GGUF file of odd sizes, written with gguf's own
-  writer the way llama.cpp's converter writes one (W_Q and W_K rows permuted to adjacent pairs,
-  matrices in Q4_1, the embedding in Q8_0, norms in F32), from a random transformers model; the
-  loaders are tested on it against transformers reading the same file, in well under a second;
-  `tests/gguf_files.py` writes files of the other architectures, with a vocabulary (Gemma 3
-  270M's real file and its reference are module fixtures of tests/llm/test_gemma3.py: they are
-  big, and only that module needs them).
+- `write_tiny_gguf(path, ...)`: a small Llama GGUF file of odd sizes (matrices in Q4_1, the
+  embedding in Q8_0, norms in F32, no vocabulary) from a random transformers model, written by
+  `tests/gguf_files.py`'s `write_gguf` (the tests' one GGUF writer, which writes the other
+  architectures too, with a vocabulary); the loaders are tested on it against transformers
+  reading the same file, in well under a second (Gemma 3 270M's real file and its reference
+  are module fixtures of tests/llm/test_gemma3.py: they are big, and only that module needs
+  them).
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
-from types import SimpleNamespace
 
 import pytest
 
@@ -47,89 +46,30 @@ def _quiet_transformers():
 
 
 def tiny_hf_model(seed: int = 0):
-    """A random transformers LlamaForCausalLM of the TINY sizes (tied embedding)."""
+    """A random transformers LlamaForCausalLM of the TINY sizes (tied embedding), its RMSNorm
+    weights drawn in [0.5, 1.5) (transformers starts them at 1, where a loader that skipped a
+    norm would go unnoticed)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     _quiet_transformers()
     torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(**TINY, tie_word_embeddings=True)).eval()
+    hf = LlamaForCausalLM(LlamaConfig(**TINY, tie_word_embeddings=True)).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    return hf
 
 
 def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra=None):
-    """Write hf's weights (a tiny_hf_model by default) as a llama.cpp GGUF file at path.
-
-    qtype: the format of the attention and MLP matrices; skip: tensor names left out;
-    extra: {name: (array, qtype)} added. Returns the transformers model written.
-    """
-    import gguf
-    import numpy as np
-    import torch
-    from gguf import GGMLQuantizationType as Q
-    from gguf.quants import quantize
-
-    from mha_lib.llm.loader import gguf_names, hf_names
-    from mha_lib.positions import rope_permutation
+    """Write hf (a tiny_hf_model by default) as a llama.cpp GGUF file at path, with no
+    vocabulary: the matrices in qtype, the embedding in Q8_0 (`tests.gguf_files.write_gguf`, the
+    tests' one GGUF writer; skip and extra as there). Returns the transformers model written."""
+    from tests.gguf_files import write_gguf
 
     hf = tiny_hf_model() if hf is None else hf
-    cfg = hf.config
-    w = gguf.GGUFWriter(path, arch)
-    w.add_block_count(cfg.num_hidden_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.num_attention_heads)
-    w.add_head_count_kv(cfg.num_key_value_heads)
-    w.add_rope_freq_base(TINY["rope_theta"])
-    w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-    w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
-    w.add_vocab_size(cfg.vocab_size)
-    sd = hf.state_dict()
-
-    def put(name, t, kind, force=False):
-        if name in skip and not force:
-            return
-        a = t.detach().numpy()
-        if kind == "RAW":  # bytes as given, said to be IQ4_NL (a format the series does not read)
-            w.add_tensor(name, a.astype(np.uint8), raw_dtype=Q.IQ4_NL)
-            return
-        a = a.astype(np.float32)
-        if kind == "F32":
-            w.add_tensor(name, a)
-        else:
-            w.add_tensor(name, quantize(a, Q[kind]), raw_dtype=Q[kind])
-
-    def permute(t, heads):  # llama.cpp's converter: half-split rows -> adjacent pairs
-        d = t.shape[0] // heads
-        return t.view(heads, d, -1)[:, rope_permutation(d)].reshape(t.shape)
-
-    # our parameter names link llama.cpp's (gguf_names) and transformers' (hf_names)
-    layout = SimpleNamespace(num_layers=cfg.num_hidden_layers, tie_embeddings=True, qk_norm=False,
-                             sandwich_norms=False, attention_bias=False)  # fmt: skip
-    to_hf = hf_names(layout)
-    g = torch.Generator().manual_seed(1)
-    norms = {"output_norm.weight": torch.rand(cfg.hidden_size, generator=g) + 0.5}
-    for l in range(cfg.num_hidden_layers):
-        for name in (f"blk.{l}.attn_norm.weight", f"blk.{l}.ffn_norm.weight"):
-            norms[name] = torch.rand(cfg.hidden_size, generator=g) + 0.5
-    heads = {"attn_q": cfg.num_attention_heads, "attn_k": cfg.num_key_value_heads}
-    for theirs, ours in gguf_names(layout).items():
-        part = theirs.split(".")[-2]  # attn_q, ffn_norm, token_embd, ...
-        if theirs in norms:
-            put(theirs, norms[theirs], "F32")
-        elif theirs == "token_embd.weight":
-            put(theirs, sd[to_hf[ours]], "Q8_0")
-        elif part in heads:
-            put(theirs, permute(sd[to_hf[ours]], heads[part]), qtype)
-        else:
-            put(theirs, sd[to_hf[ours]], qtype)
-    for name, (array, kind) in (extra or {}).items():  # after the skipped ones: replacements
-        put(name, torch.as_tensor(array), kind, force=True)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return hf
+    return write_gguf(path, hf, qtype=qtype, arch=arch, vocab=False, skip=skip, extra=extra)
 
 
 @pytest.fixture(scope="session")
@@ -190,12 +130,6 @@ def reference_tokenizer():
 def make_tiny_gguf():
     """write_tiny_gguf, for tests that write a variant of the tiny file."""
     return write_tiny_gguf
-
-
-@pytest.fixture
-def make_tiny_hf():
-    """tiny_hf_model, for tests that need a random transformers model of the tiny sizes."""
-    return tiny_hf_model
 
 
 @pytest.fixture(scope="session")
