@@ -19,9 +19,6 @@ a session that uses none of them imports neither torch nor gguf for them.
 
 from __future__ import annotations
 
-import logging
-import warnings
-
 import pytest
 
 TINY = {
@@ -37,14 +34,6 @@ TINY = {
 }
 
 
-def _quiet_transformers():
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-
-
 def tiny_hf_model(seed: int = 0):
     """A random transformers LlamaForCausalLM of the TINY sizes (tied embedding), its RMSNorm
     weights drawn in [0.5, 1.5) (transformers starts them at 1, where a loader that skipped a
@@ -52,7 +41,9 @@ def tiny_hf_model(seed: int = 0):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    _quiet_transformers()
+    from tests.hf_models import quiet_transformers
+
+    quiet_transformers()
     torch.manual_seed(seed)
     hf = LlamaForCausalLM(LlamaConfig(**TINY, tie_word_embeddings=True)).eval()
     with torch.no_grad():
@@ -75,18 +66,11 @@ def write_tiny_gguf(path, hf=None, *, qtype="Q4_1", arch="llama", skip=(), extra
 @pytest.fixture(scope="session")
 def tiny_gguf(tmp_path_factory):
     """(path, transformers model read from it): the tiny file and its reference."""
-    import torch
-    from transformers import AutoModelForCausalLM
+    from tests.hf_models import hf_model_from_gguf
 
     path = tmp_path_factory.mktemp("gguf") / "tiny.gguf"
     write_tiny_gguf(path)
-    _quiet_transformers()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = AutoModelForCausalLM.from_pretrained(
-            path.parent, gguf_file=path.name, dtype=torch.float32
-        ).eval()
-    return path, ref
+    return path, hf_model_from_gguf(path)
 
 
 @pytest.fixture(scope="session")
@@ -98,32 +82,18 @@ def smollm2():
 
 @pytest.fixture(scope="session")
 def reference_model():
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from mha_lib.llm.gguf_file import find_model_file
+    from tests.hf_models import hf_model_from_gguf
 
-    _quiet_transformers()
-    path = find_model_file()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        model = AutoModelForCausalLM.from_pretrained(
-            path.parent, gguf_file=path.name, dtype=torch.float32
-        )
-    return model.eval()
+    return hf_model_from_gguf(find_model_file())
 
 
 @pytest.fixture(scope="session")
 def reference_tokenizer():
-    from transformers import AutoTokenizer
-
     from mha_lib.llm.gguf_file import find_model_file
+    from tests.hf_models import hf_tokenizer_from_gguf
 
-    _quiet_transformers()
-    path = find_model_file()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    return hf_tokenizer_from_gguf(find_model_file())
 
 
 @pytest.fixture

@@ -8,12 +8,15 @@ mha_lib.nn.decoder and mha_lib.llm.loader (imported by them, not a test).
   change the logits;
 - `config_from_hf(config)`: our `DecoderConfig` of its configuration;
 - `decoder_from_hf(hf)`: our `DecoderLM` with a copy of its weights, Gemma's norms, which
-  transformers applies as (1 + w), stored as the weight 1 + w (as a GGUF file stores them).
+  transformers applies as (1 + w), stored as the weight 1 + w (as a GGUF file stores them);
+- `hf_model_from_gguf(path)`, `hf_tokenizer_from_gguf(path)`: transformers' model (float32) and
+  tokenizer read from a GGUF file, the references of every loader test.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 
 import torch
 
@@ -29,6 +32,28 @@ def quiet_transformers():
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
     logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def hf_model_from_gguf(path):
+    """transformers' causal LM read from the GGUF file at path, in float32, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    quiet_transformers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        ).eval()
+
+
+def hf_tokenizer_from_gguf(path):
+    """transformers' tokenizer read from the GGUF file at path."""
+    from transformers import AutoTokenizer
+
+    quiet_transformers()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
 def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: int = 48,

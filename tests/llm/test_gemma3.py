@@ -12,8 +12,6 @@ another order and other summation orders; the logits (of size up to about 30) di
 2e-4 on these texts; the tests allow 2e-3, ten times that.
 """
 
-import warnings
-
 import pytest
 import torch
 
@@ -33,21 +31,12 @@ EXPECTED = (" the capital of the country of France. It is the largest city in Fr
 @pytest.fixture(scope="module")
 def pair():
     """(ours, tokenizer, transformers' model), the two models read from the same file."""
-    from transformers import AutoModelForCausalLM
-
     from mha_lib.llm.loader import load_gemma3
     from mha_lib.llm.model_files import find_model_file
-    from tests.hf_models import quiet_transformers
+    from tests.hf_models import hf_model_from_gguf
 
     ours, tok = load_gemma3()
-    path = find_model_file("gemma3")
-    quiet_transformers()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = AutoModelForCausalLM.from_pretrained(
-            path.parent, gguf_file=path.name, dtype=torch.float32
-        ).eval()
-    return ours, tok, ref
+    return ours, tok, hf_model_from_gguf(find_model_file("gemma3"))
 
 
 def test_the_weights_equal_transformers_with_the_norms_folded(pair):

@@ -238,23 +238,15 @@ def hf_of(kind: str):
                 ids=lambda p: f"{p[0]}-{p[1]}")  # fmt: skip
 def written(request, tmp_path_factory):
     """(kind, qtype, ours, tokenizer, transformers' model read from the same file, path)."""
-    import warnings
-
-    from transformers import AutoModelForCausalLM
-
     from mha_lib.llm.loader import load_gguf
     from tests.gguf_files import write_gguf
+    from tests.hf_models import hf_model_from_gguf
 
     kind, qtype = request.param
     path = tmp_path_factory.mktemp("gguf") / f"{kind}-{qtype}.gguf"
     write_gguf(path, hf_of(kind), qtype=qtype)
     ours, tok = load_gguf(path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = AutoModelForCausalLM.from_pretrained(
-            path.parent, gguf_file=path.name, dtype=torch.float32
-        ).eval()
-    return kind, qtype, ours, tok, ref, path
+    return kind, qtype, ours, tok, hf_model_from_gguf(path), path
 
 
 def test_load_gguf_equals_transformers_reading_the_same_file(written):
@@ -300,20 +292,15 @@ def test_the_tokenizer_from_the_file_equals_transformers(kind, tmp_path):
     """Byte-level BPE with llama.cpp's 'llama-bpe' and 'qwen2' splits, and SentencePiece with
     scores and byte fallback (é, Ü, 😀 are not pieces of the small vocabulary), against
     transformers' tokenizer built from the same file."""
-    import warnings
-
-    from transformers import AutoTokenizer
-
     from mha_lib.llm.loader import tokenizer_from_gguf
     from tests.gguf_files import write_gguf
+    from tests.hf_models import hf_tokenizer_from_gguf
 
     path = tmp_path / f"{kind}.gguf"
     write_gguf(path, hf_of(kind), qtype="F32")
     with GGUFFile(path) as f:
         ours = tokenizer_from_gguf(f)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        ref = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    ref = hf_tokenizer_from_gguf(path)
     for text in TOKENIZER_TEXTS:
         ids = ours.encode(text)
         assert ids == ref.encode(text, add_special_tokens=False), (kind, text)

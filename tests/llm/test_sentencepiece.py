@@ -8,7 +8,6 @@ import hashlib
 import importlib.util
 import json
 import random
-import warnings
 from pathlib import Path
 
 import pytest
@@ -162,14 +161,9 @@ def gemma():
 @pytest.fixture(scope="module")
 def reference():
     """transformers' tokenizer read from the same file (about a minute and 1 GB on 2 cores)."""
-    import transformers
-    from transformers import AutoTokenizer
+    from tests.hf_models import hf_tokenizer_from_gguf
 
-    transformers.logging.set_verbosity_error()
-    path = find_model_file("gemma3")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    return hf_tokenizer_from_gguf(find_model_file("gemma3"))
 
 
 @needs_gemma
