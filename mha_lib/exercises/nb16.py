@@ -327,7 +327,7 @@ def _overflow(value) -> str | None:
         return None
     tokens, g = STRONG
     return (
-        f"the result contains inf or NaN at a strong decay (g ≈ {g:g} on each of {tokens} "
+        f"the result contains inf or NaN at a strong decay (g ≈ −{abs(g):g} on each of {tokens} "
         f"tokens, the notebook's own boundary gate): exp(γ_i) underflows to 0 and exp(−γ_i) "
         "overflows, so exp(γ_C)/exp(γ_i) is 0/0 there; write each write's decay as one "
         "exponential, exp(γ_C − γ_i), which is never above 1"
