@@ -36,28 +36,73 @@ def causal_weights(B: int, h: int, N: int, seed: int) -> np.ndarray:
     return w / w.sum(-1, keepdims=True)
 
 
-def _check_heads(fn, cases, reference, mistakes, what, names):
-    """Run fn on each (A, arg) case; compare with reference; name a mistake if one matches."""
+def _wrong_shape(shape, B: int, h: int, queries: int, first: str) -> str | None:
+    """Name the mistake behind a result of the wrong shape: the axes it kept or averaged away.
+    queries: how many queries count (from `first` on)."""
+    if shape == (h,):
+        return None
+    if shape in ((), (1,)):
+        return (
+            f"expected shape {(h,)}, one number per head (averaged over the batch and the "
+            f"queries); got shape {shape}: it averages over the heads too, keep axis 1 apart"
+        )
+    if shape == (B,):
+        return (
+            f"expected shape {(h,)}, one number per head (averaged over the batch and the "
+            f"queries); got shape {shape}, one per sequence: it averages over the heads (axis 1) "
+            "and keeps the batch (axis 0); average over axes 0 and 2"
+        )
+    if shape == (h, queries):
+        return (
+            f"expected shape {(h,)}; got {shape}, one number per head and query: it averages "
+            f"over the batch only; average over the queries t >= {first} too (axes 0 and 2)"
+        )
+    if shape == (B, h):
+        return (
+            f"expected shape {(h,)}; got {shape}, one number per sequence and head: it averages "
+            "over the queries only; average over the batch too (axes 0 and 2)"
+        )
+    return None
+
+
+def _scaled(value: np.ndarray, right: np.ndarray, first: str) -> str | None:
+    """Name an answer that is the right one times a constant (the same for every head)."""
+    if not np.all(np.isfinite(value)) or np.any(right == 0):
+        return None
+    ratio = value / right
+    if np.allclose(ratio, ratio[0], rtol=1e-6, atol=0) and not np.isclose(ratio[0], 1):
+        return (
+            f"every head's score is {ratio[0]:.4g} times the right one: a factor is off (a count "
+            f"in the division, or a stray constant); the score is the plain mean over the "
+            f"sequences and the queries t >= {first}"
+        )
+    return None
+
+
+def _check_heads(fn, cases, reference, mistakes, what, names, first):
+    """Run fn on each (A, arg) case; compare with reference; name a mistake if one matches.
+    first: the name of the first query that counts ("start", "period"), which is arg."""
     notes = set()
     for A, arg in cases:
-        B, h = A.shape[:2]
+        B, h, N = A.shape[:3]
         result, problem, note = run_as(fn, "torch", A, arg, names=names)
         if problem:
             return problem
         notes.add(note)
         shape = getattr(np.asarray(to_numpy(result)) if _readable(result) else None, "shape", None)
-        if shape is not None and shape != (h,) and shape in ((), (1,), (B,)):
-            return (
-                f"expected shape {(h,)}, one number per head (averaged over the batch and the "
-                f"queries); got shape {shape}"
-            )
+        if shape is not None and (problem := _wrong_shape(shape, B, h, N - arg, first)):
+            return problem
         value, problem = as_array(result, (h,), "an array")
         if problem:
             return problem
         right = reference(A, arg)
         if np.allclose(value, right, rtol=1e-5, atol=1e-7):
             continue
-        return diagnose(value, mistakes(A, arg), tol=1e-5) or mismatch(value, right, what)
+        return (
+            diagnose(value, mistakes(A, arg), tol=1e-5)
+            or _scaled(value, right, first)
+            or mismatch(value, right, what)
+        )
     return _passed(notes)
 
 
@@ -130,6 +175,7 @@ def check_first_token_score(fn):
         _first_token_mistakes,
         "the mean of A[b, i, t, 0] over every sequence b and query t >= start, for each head i",
         ("A", "start"),
+        "start",
     )
 
 
@@ -190,6 +236,7 @@ def check_prefix_matching(fn):
         _prefix_mistakes,
         "the mean of A[b, i, t, t - period + 1] over every sequence b and query t >= period",
         ("A", "period"),
+        "period",
     )
 
 
@@ -257,6 +304,12 @@ def _perplexity_mistakes(logits: np.ndarray, ids: np.ndarray) -> dict[str, float
         ),
         "it takes the softmax over the positions (axis 1), not over the vocabulary (the last "
         "axis)": float(np.exp(over_positions.mean())),
+        "it adds 1 to exp(mean loss): the perplexity is exp(mean loss) itself (a model that is "
+        "always sure and right has perplexity 1)": float(np.exp(losses.mean()) + 1),
+        "it computes expm1(mean loss) = exp(mean loss) - 1: the perplexity is exp(mean loss) "
+        "itself (a model that is always sure and right has perplexity 1, not 0)": float(
+            np.expm1(losses.mean())
+        ),
     }
 
 
@@ -273,6 +326,12 @@ def check_perplexity(fn):
         value, problem = as_array(result, None, "a number")
         if problem:
             return problem
+        if value.shape in ((ids.shape[0],), (ids.shape[0], 1)):
+            return (
+                f"expected one number for the whole batch; got an array of shape {value.shape}, "
+                "one per sequence: it keeps the sequences apart; the mean loss is over every "
+                "position of every sequence, then exp"
+            )
         if value.size != 1:
             return f"expected one number for the whole batch; got an array of shape {value.shape}"
         value = value.reshape(())

@@ -87,15 +87,16 @@ FIRST_WRONG = [
         lambda A, s: np.diagonal(A, axis1=2, axis2=3)[:, :, s:].mean(axis=(0, 2)),
         "on itself (the diagonal)",
     ),
-    (lambda A, s: A[:, :, s:, 0].mean(axis=(1, 2)), "one number per head"),
-    (lambda A, s: float(A[:, :, s:, 0].mean()), "one number per head"),
+    (lambda A, s: A[:, :, s:, 0].mean(axis=(1, 2)), "averages over the heads (axis 1)"),
+    (lambda A, s: float(A[:, :, s:, 0].mean()), "averages over the heads too"),
+    (lambda A, s: A[:, :, s:, 0].mean(dim=2), "averages over the queries only"),
     (lambda A, s: A[:, :, s:, 1].mean(axis=(0, 2)), "position 1 (column 1)"),
     (lambda A, s: A[:, :, s:, -1].mean(axis=(0, 2)), "last column"),
     (lambda A, s: A[:, :, s - 1 :, 0].mean(axis=(0, 2)), "one query early"),
     (lambda A, s: np.median(np.asarray(A)[:, :, s:, 0], axis=2).mean(0), "median"),
-    (lambda A, s: A[:, :, s:, 0].mean(dim=(0, 2)) * 2, "wrong values"),
+    (lambda A, s: A[:, :, s:, 0].mean(dim=(0, 2)) * 2, "2 times the right one"),
     (lambda A, s: np.mean(A[:, :, :, 0], axis=(0, 2)), "only the queries t >= start count"),
-    (lambda A, s: A[:, :, s:, 0].mean(dim=0), "expected shape"),
+    (lambda A, s: A[:, :, s:, 0].mean(dim=0), "averages over the batch only"),
 ]
 
 
@@ -156,7 +157,9 @@ PREFIX_WRONG = [
     (lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3).mean(dim=(0, 2)),
      "starts at query period - 1"),
     (lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3)[:, :, 1:].mean(dim=0),
-     "expected shape"),
+     "averages over the batch only"),
+    (lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3)[:, :, 1:].sum(dim=(0, 2))
+     / A.shape[2], "times the right one"),
 ]  # fmt: skip
 
 
@@ -212,7 +215,7 @@ PPL_WRONG = [
     (lambda z, ids: _losses(z, ids).mean(), "mean loss (cross-entropy)"),
     (lambda z, ids: 1 / torch.softmax(torch.as_tensor(z), -1)[:, :-1]
      .gather(-1, torch.as_tensor(ids)[:, 1:, None]).mean(), "1 / mean probability"),
-    (lambda z, ids: _losses(z, ids).mean(1).exp(), "one number for the whole batch"),
+    (lambda z, ids: _losses(z, ids).mean(1).exp(), "keeps the sequences apart"),
     (lambda z, ids: torch.nn.functional.cross_entropy(torch.as_tensor(z)[:, 1:].transpose(1, 2),
                                                       torch.as_tensor(ids)[:, :-1]).exp(),
      "shifts the wrong way"),
@@ -221,7 +224,8 @@ PPL_WRONG = [
     (lambda z, ids: torch.exp(-torch.log_softmax(torch.as_tensor(z), 1)[:, :-1]
                               .gather(-1, torch.as_tensor(ids)[:, 1:, None]).mean()),
      "over the positions"),
-    (lambda z, ids: _losses(z, ids).mean().exp() + 1, "wrong values"),
+    (lambda z, ids: _losses(z, ids).mean().exp() + 1, "adds 1 to exp(mean loss)"),
+    (lambda z, ids: torch.expm1(_losses(z, ids).mean()), "expm1"),
 ]  # fmt: skip
 
 
