@@ -89,6 +89,8 @@ def add_vocab(w, kind: str) -> None:
         w.add_token_list(v["tokens"])
         w.add_token_merges(v["merges"])
         w.add_token_types(v["token_type"])
+        if kind == "llama":  # as Llama 3's files do: the tokenizer starts every text with BOS
+            w.add_add_bos_token(True)
     w.add_bos_token_id(v["bos"])
     w.add_eos_token_id(v["eos"])
 

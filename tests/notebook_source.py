@@ -41,3 +41,25 @@ def dotted(node) -> str:
         parts.append(node.id)
         return ".".join(reversed(parts))
     return ""
+
+
+def run_your_own_file_cell(path: Path) -> str:
+    """What notebook 15's "your own file" cell prints when MY_GGUF is set to path (a GGUF file):
+    the cell that sets `MY_GGUF = None`, run with the notebook's imports and path put in."""
+    import contextlib
+    import io
+
+    import torch
+
+    from mha_lib.llm import generate, load_gguf
+    from mha_lib.llm.architectures import differences
+
+    notebook = ROOT / "notebooks" / "15_the_attention_of_the_models_you_run.ipynb"
+    (source,) = [s for _, s in code_cells(notebook) if "MY_GGUF = None" in s]
+    source = source.replace("MY_GGUF = None", f"MY_GGUF = {str(path)!r}", 1)
+    namespace = {"torch": torch, "generate": generate, "load_gguf": load_gguf,
+                 "differences": differences}  # fmt: skip
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(source, str(notebook), "exec"), namespace)
+    return printed.getvalue()

@@ -78,10 +78,9 @@ def run(prompt_len: int, new_tokens: int, repeats: int, reference: bool, path=No
         result["load_transformers_model_s"] = round(t_model, 2)
         result["load_transformers_tokenizer_s"] = round(t_tok, 2)
     V = model.config.vocab_size
-    bos = {"add_bos": True} if model_name == "gemma3" else {}  # Gemma's prompts start at <bos>
     g = torch.Generator().manual_seed(0)
     long = torch.randint(0, V, (1, prompt_len), generator=g)  # (1, N)
-    short = torch.tensor([tok.encode(DECODE_PROMPT, **bos)])  # (1, n): natural text
+    short = torch.tensor([tok.encode(DECODE_PROMPT)])  # (1, n): natural text, BOS if the file asks
 
     def decode_ours():
         return generate(model, short, new_tokens, stop_ids=())

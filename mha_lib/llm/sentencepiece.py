@@ -23,10 +23,11 @@ spaces respelled with '▁'); its ids are the same except on runs of 32 spaces o
 '▁' written in the text beside a space, where llama.cpp's are those above.
 
 What it holds: `SentencePieceTokenizer.from_gguf(path or GGUFFile)`, `encode(text,
-add_bos=False)`, `decode(ids, skip_special_tokens=False)`, `pieces(ids)`, `bos_id`, `eos_id`,
-`pad_id`, `unk_id`, `vocab_size`, `chat_template` (None when the file stores none, as Gemma 3
-270M's), `render_chat` / `encode_chat` (from `tokenizer`). Imports numpy (and gguf, through
-`gguf_file`).
+add_bos=None)` (None: as the file says, `tokenizer.ggml.add_bos_token`; Gemma's files say yes,
+as transformers' tokenizer and llama.cpp read them), `decode(ids, skip_special_tokens=False)`,
+`pieces(ids)`, `bos_id`, `eos_id`, `pad_id`, `unk_id`, `add_bos`, `vocab_size`, `chat_template`
+(None when the file stores none, as Gemma 3 270M's), `render_chat` / `encode_chat` (from
+`tokenizer`). Imports numpy (and gguf, through `gguf_file`).
 """
 
 from __future__ import annotations
@@ -130,13 +131,21 @@ class SentencePieceTokenizer:
 
     # ------------------------------------------------------------------------------- encoding
 
-    def encode(self, text: str, add_bos: bool = False, parse_special: bool = True) -> list[int]:
+    def encode(
+        self, text: str, add_bos: bool | None = None, parse_special: bool = True
+    ) -> list[int]:
         """Token ids of text. Special tokens written in the text (`<start_of_turn>`) stay whole
         unless parse_special=False; user-defined ones (runs of spaces or newlines) always do.
-        add_bos: start with `<bos>` (Gemma's files ask for it: `add_bos`)."""
+        add_bos: start with `<bos>`; None (the default) does what the file asks
+        (`self.add_bos`, from `tokenizer.ggml.add_bos_token`: True for Gemma)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str; got {type(text).__name__}")
-        ids = [self.bos_id] if add_bos and self.bos_id is not None else []
+        add_bos = self.add_bos if add_bos is None else add_bos
+        if add_bos and self.bos_id is None:
+            raise ValueError(
+                "add_bos=True, but the file names no BOS token (tokenizer.ggml.bos_token_id)"
+            )
+        ids = [self.bos_id] if add_bos else []
         for piece, token in self._partition(text, parse_special):
             if token is not None:
                 ids.append(token)
@@ -250,8 +259,9 @@ class SentencePieceTokenizer:
         return GGUFTokenizer.render_chat(self, messages, add_generation_prompt)
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-        """encode(render_chat(messages)): the ids a chat model is given."""
-        return self.encode(self.render_chat(messages, add_generation_prompt))
+        """encode(render_chat(messages)): the ids a chat model is given (the template writes
+        any `<bos>` itself, so none is added)."""
+        return self.encode(self.render_chat(messages, add_generation_prompt), add_bos=False)
 
 
 def _longest_first(tokens: list[str], types: list[int], kinds: tuple[int, ...]) -> list[str]:

@@ -201,7 +201,7 @@ def kind_stretches(tokenizer, kind: str, length: int, count: int) -> Tensor:
     """(count, length) token ids: consecutive stretches of `texts.kind_text(kind)`. For the
     documentation they are its last count · length tokens, away from the paragraphs at its
     start that notebook 13 chooses and measures its heads on; for the others, the first."""
-    ids = texts.plain_ids(tokenizer, texts.kind_text(kind))  # no <bos>: callers add it
+    ids = tokenizer.encode(texts.kind_text(kind), add_bos=False)  # the stretches are mid-text
     if kind == "documentation":
         ids = ids[len(ids) - length * count :]
     return texts.stretches(ids, length, count)

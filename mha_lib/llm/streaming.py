@@ -307,7 +307,7 @@ def run_sweep(model: DecoderLM | None = None, tokenizer=None, *, stretches: int 
     sinks = tuple(sinks or SWEEP["sinks"])
     queries = [t for t in (recomputed or SWEEP["recomputed"]) if t < length - 1]
     block = SWEEP["block"]
-    ids = texts.plain_ids(tokenizer, texts.doc_text())  # no <bos>, whatever encode's default
+    ids = tokenizer.encode(texts.doc_text(), add_bos=False)
     ids = texts.stretches(ids, length, count)  # (count, length)
     blocks: dict[str, list[list[float]]] = {}
     at_queries: dict[str, list[list[float]]] = {}

@@ -18,9 +18,10 @@ sandbox, as transformers renders it.
 
 What it holds:
 - `GGUFTokenizer.from_gguf(path or GGUFFile)`;
-- `encode(text) -> ids`, `decode(ids) -> text`, `pieces(ids)` (the stored tokens);
+- `encode(text, add_bos=None) -> ids` (None: as the file says, `tokenizer.ggml.add_bos_token`;
+  SmolLM2's says no), `decode(ids) -> text`, `pieces(ids)` (the stored tokens);
 - `render_chat(messages, add_generation_prompt=True) -> str` and `encode_chat(messages)`;
-- `eos_id`, `bos_id`, `vocab_size`.
+- `eos_id`, `bos_id`, `add_bos`, `vocab_size`.
 Imports tokenizers and jinja2 (and gguf, through `gguf_file`).
 """
 
@@ -69,6 +70,7 @@ class GGUFTokenizer:
         chat_template: str | None = None,
         bos_id: int | None = None,
         eos_id: int | None = None,
+        add_bos: bool = False,
     ) -> None:
         if pre not in PRE_TOKENIZERS:
             raise ValueError(
@@ -92,6 +94,7 @@ class GGUFTokenizer:
         self.special_tokens = special
         self.chat_template = chat_template
         self.bos_id, self.eos_id = bos_id, eos_id
+        self.add_bos = add_bos
         self.vocab_size = len(tokens)
 
     @classmethod
@@ -108,8 +111,8 @@ class GGUFTokenizer:
             )
         keys = f.keys()
 
-        def get(key):
-            return f.value(key) if key in keys else None
+        def get(key, default=None):
+            return f.value(key) if key in keys else default
 
         return cls(
             tokens=f.value("tokenizer.ggml.tokens"),
@@ -119,6 +122,7 @@ class GGUFTokenizer:
             chat_template=get("tokenizer.chat_template"),
             bos_id=get("tokenizer.ggml.bos_token_id"),
             eos_id=get("tokenizer.ggml.eos_token_id"),
+            add_bos=bool(get("tokenizer.ggml.add_bos_token", False)),
         )
 
     @property
@@ -129,11 +133,19 @@ class GGUFTokenizer:
     def bos_token(self) -> str | None:
         return None if self.bos_id is None else self._tok.id_to_token(self.bos_id)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of text; special tokens written in the text (`<|im_end|>`) stay whole."""
+    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        """Token ids of text; special tokens written in the text (`<|im_end|>`) stay whole.
+        add_bos: start with the BOS token; None (the default) does what the file asks
+        (`self.add_bos`, from `tokenizer.ggml.add_bos_token`)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str; got {type(text).__name__}")
-        return self._tok.encode(text, add_special_tokens=False).ids
+        add_bos = self.add_bos if add_bos is None else add_bos
+        if add_bos and self.bos_id is None:
+            raise ValueError(
+                "add_bos=True, but the file names no BOS token (tokenizer.ggml.bos_token_id)"
+            )
+        bos = [self.bos_id] if add_bos else []
+        return bos + self._tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         """The text of token ids (a list, or a 1-d tensor)."""
@@ -169,8 +181,9 @@ class GGUFTokenizer:
         )
 
     def encode_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
-        """encode(render_chat(messages)): the ids a chat model is given."""
-        return self.encode(self.render_chat(messages, add_generation_prompt))
+        """encode(render_chat(messages)): the ids a chat model is given (the template writes
+        any BOS token itself, so none is added)."""
+        return self.encode(self.render_chat(messages, add_generation_prompt), add_bos=False)
 
 
 _TEMPLATES: dict[str, object] = {}

@@ -98,3 +98,24 @@ def test_24_greedy_tokens_equal_transformers(pair):
     assert out.tolist() == expected.tolist()
     assert tok.decode(out[0, ids.shape[1] :]).startswith(EXPECTED[:60])
     assert min(trace.logit_margins) > 1e-2  # no near-tie: the equality is not luck
+
+
+def test_the_default_encoding_starts_at_bos_and_generates_as_transformers(pair):
+    """The file asks for <bos> (`tokenizer.ggml.add_bos_token`), so `encode` adds it by default, as
+    transformers' tokenizer does (tests/llm/test_sentencepiece.py compares the two); greedy
+    generation from that default equals transformers' `generate`, and so does what notebook 15's
+    "your own file" cell prints for this file. Without <bos> the model repeats ' The'."""
+    from mha_lib.llm.model_files import find_model_file
+    from tests.notebook_source import run_your_own_file_cell
+
+    ours, tok, ref = pair
+    ids = torch.tensor([tok.encode(PROMPT)])  # (1, 6)
+    assert ids[0, 0] == tok.bos_id and ids[0, 1:].tolist() == tok.encode(PROMPT, add_bos=False)
+    out = generate(ours, ids, 20)
+    expected = ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20,
+                            do_sample=False, pad_token_id=0)  # fmt: skip
+    assert out.tolist() == expected.tolist()
+    completion = tok.decode(out[0, ids.shape[1] :])
+    assert completion.startswith(EXPECTED[:60])
+    printed = run_your_own_file_cell(find_model_file("gemma3"))
+    assert printed.strip().endswith(repr(completion)), printed

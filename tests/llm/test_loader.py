@@ -175,6 +175,28 @@ def test_greedy_equals_transformers_token_for_token(smollm2, reference_model, pr
     assert min(trace.logit_margins) > 1e-3  # no near-tie: equality is not luck of the rounding
 
 
+def test_the_default_encoding_and_notebook_15s_own_file_cell_generate_as_transformers(
+    smollm2, reference_model, reference_tokenizer
+):  # fmt: skip
+    """SmolLM2's file asks for no BOS (`tokenizer.ggml.add_bos_token = false`): `encode` adds
+    none by default, as transformers' tokenizer; notebook 15's "your own file" cell, run on this
+    file, prints transformers' greedy completion of the default encoding."""
+    from tests.notebook_source import run_your_own_file_cell
+
+    tok = smollm2[1]
+    prompt = "The capital of France is"
+    ids = tok.encode(prompt)
+    assert not tok.add_bos and ids == reference_tokenizer(prompt).input_ids
+    ids = torch.tensor([ids])
+    expected = reference_model.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False, pad_token_id=2
+    )
+    completion = tok.decode(expected[0, ids.shape[1] :], skip_special_tokens=True)
+    assert "Paris" in completion
+    printed = run_your_own_file_cell(find_model_file())
+    assert printed.strip().endswith(repr(completion)), printed
+
+
 def test_a_prompt_longer_than_the_real_context(smollm2):
     model, _ = smollm2
     with pytest.raises(ValueError, match="8193 tokens; the model's context is 8192"):
@@ -302,11 +324,14 @@ def test_the_tokenizer_from_the_file_equals_transformers(kind, tmp_path):
         ours = tokenizer_from_gguf(f)
     ref = hf_tokenizer_from_gguf(path)
     for text in TOKENIZER_TEXTS:
-        ids = ours.encode(text)
+        ids = ours.encode(text, add_bos=False)
         assert ids == ref.encode(text, add_special_tokens=False), (kind, text)
+        assert ours.encode(text) == ref.encode(text), (kind, text)  # by default, as the file says
         assert ours.decode(ids) == text
+    # the files written here ask for BOS as Llama 3's and Gemma's do, Qwen's do not
+    assert (ours.encode("a")[0] == ours.bos_id) == (kind in ("llama", "gemma3"))
     if kind == "gemma3":
-        assert any(ours.token_types[i] == 6 for i in ours.encode("😀"))  # byte fallback
+        assert any(ours.token_types[i] == 6 for i in ours.encode("😀", add_bos=False))  # bytes
 
 
 def test_the_rope_layout_and_the_float_embedding_keep_the_logits(tmp_path):

@@ -23,13 +23,13 @@ needs_gemma = pytest.mark.skipif(
 BYTES = [f"<0x{b:02X}>" for b in range(256)]
 
 
-def tiny(tokens: dict[str, float], user_defined=(), control=("<bos>", "<eos>")):
+def tiny(tokens: dict[str, float], user_defined=(), control=("<bos>", "<eos>"), add_bos=False):
     """A tokenizer of the given (token: score) pieces, plus control tokens, user-defined ones and
-    the 256 byte tokens."""
+    the 256 byte tokens; add_bos as a file's `tokenizer.ggml.add_bos_token`."""
     names = [*control, *user_defined, *BYTES, *tokens]
     scores = [0.0] * (len(control) + len(user_defined) + 256) + list(tokens.values())
     kinds = [3] * len(control) + [4] * len(user_defined) + [6] * 256 + [1] * len(tokens)
-    return SentencePieceTokenizer(names, scores, kinds, bos_id=0, eos_id=1, add_bos=True)
+    return SentencePieceTokenizer(names, scores, kinds, bos_id=0, eos_id=1, add_bos=add_bos)
 
 
 def test_the_best_scored_pair_is_merged_first():
@@ -64,6 +64,16 @@ def test_special_tokens_are_cut_out_first_longest_first():
     assert tok.encode("x", add_bos=True) == [0, tok.token_id("x")]
     assert tok.decode(ids, skip_special_tokens=True) == "x\n\n\nx"
     assert tok.decode(ids) == "x<bos>\n\n\nx"
+
+
+def test_encode_adds_bos_as_the_file_says_unless_told():
+    asks, silent = tiny({"x": -1}, add_bos=True), tiny({"x": -1})
+    x = asks.token_id("x")
+    assert asks.encode("x") == [0, x] and asks.encode("x", add_bos=False) == [x]
+    assert silent.encode("x") == [x] and silent.encode("x", add_bos=True) == [0, x]
+    nameless = SentencePieceTokenizer(["x"], [0.0], [1], add_bos=True)  # no BOS id in the file
+    with pytest.raises(ValueError, match=r"add_bos=True, but the file names no BOS token"):
+        nameless.encode("x")
 
 
 def test_words_merged_alone_give_the_ids_of_the_whole_text():
@@ -174,7 +184,7 @@ def test_gemma3_special_tokens_and_no_chat_template(gemma):
     assert gemma.token_id("<start_of_turn>") == 105 and gemma.token_id("<end_of_turn>") == 106
     assert gemma.add_bos and gemma.chat_template is None  # the base model's file stores none
     assert len(gemma.special_tokens) == 6249 and len(gemma.user_defined) == 165
-    assert gemma.encode("<start_of_turn>user") == [105, 2364]
+    assert gemma.encode("<start_of_turn>user", add_bos=False) == [105, 2364]
 
 
 @needs_gemma
@@ -183,11 +193,12 @@ def test_gemma3_ids_equal_llama_cpps(gemma):
 
     for entry in LLAMA_CPP_IDS["texts"]:
         text = entry["text"]
-        assert gemma.encode(text) == entry["ids"], text
-        assert gemma.encode(text, parse_special=False) == entry.get("ids_plain", entry["ids"]), text
+        assert gemma.encode(text, add_bos=False) == entry["ids"], text
+        plain = gemma.encode(text, add_bos=False, parse_special=False)
+        assert plain == entry.get("ids_plain", entry["ids"]), text
     assert {e["text"] for e in LLAMA_CPP_IDS["texts"]} >= {t for k in TEXTS.values() for t in k}
     assert LLAMA_CPP.items() <= {e["text"]: e["ids"] for e in LLAMA_CPP_IDS["texts"]}.items()
-    ids = gemma.encode(doc_text())
+    ids = gemma.encode(doc_text(), add_bos=False)
     digest = hashlib.sha256(json.dumps(ids).encode()).hexdigest()
     assert (len(ids), digest) == (
         LLAMA_CPP_IDS["doc_text"]["count"],
@@ -199,9 +210,10 @@ def test_gemma3_ids_equal_llama_cpps(gemma):
 @pytest.mark.parametrize("kind", TEXTS)
 def test_gemma3_ids_equal_transformers(gemma, reference, kind):
     for text in TEXTS[kind]:
-        ours = gemma.encode(text)
+        ours = gemma.encode(text, add_bos=False)
         assert ours == reference(text, add_special_tokens=False).input_ids, text
-        assert gemma.encode(text, add_bos=True) == reference(text).input_ids, text
+        assert gemma.encode(text) == reference(text).input_ids, text  # both as the file says: BOS
+        assert gemma.encode(text)[0] == gemma.bos_id
         assert gemma.decode(ours) == text == reference.decode(ours), text
         plain = gemma.decode(ours, skip_special_tokens=True)
         assert plain == reference.decode(ours, skip_special_tokens=True), text
@@ -214,14 +226,15 @@ def test_gemma3_ids_equal_transformers_on_random_text(gemma, reference):
     alphabet += ["😀", "🤽", "\u200d", "𓀀", "日", "한", "ع", "<b>", "</b>", "<eos>", "  ", "\n\n"]
     for _ in range(500):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
-        assert gemma.encode(text) == reference(text, add_special_tokens=False).input_ids, text
-        assert gemma.decode(gemma.encode(text)) == text
+        ids = gemma.encode(text, add_bos=False)
+        assert ids == reference(text, add_special_tokens=False).input_ids, text
+        assert gemma.decode(ids) == text
 
 
 @needs_gemma
 @pytest.mark.parametrize("text", LLAMA_CPP, ids=repr)
 def test_where_transformers_parts_ours_gives_llama_cpps_ids(gemma, reference, text):
-    assert gemma.encode(text) == LLAMA_CPP[text]
+    assert gemma.encode(text, add_bos=False) == LLAMA_CPP[text]
     assert reference(text, add_special_tokens=False).input_ids != LLAMA_CPP[text]
     if SPACE not in text:  # a written '▁' decodes as a space, in both
         assert gemma.decode(LLAMA_CPP[text]) == text
@@ -235,6 +248,6 @@ def test_gemma3_long_text_is_fast_and_round_trips(gemma):
 
     text = doc_text()
     start = time.perf_counter()
-    ids = gemma.encode(text)
+    ids = gemma.encode(text, add_bos=False)
     assert time.perf_counter() - start < 30  # about 0.5 s on 2 idle cores
     assert gemma.decode(ids) == text and len(ids) == 11913
