@@ -33,8 +33,6 @@ What it holds:
 - `doc_text() -> str`: the joined topics, hash-checked;
 - `KINDS`, `MORE_KINDS`, `ALL_KINDS`, `KIND_SHA256`, `kind_text(kind) -> str`: "documentation"
   (`doc_text()`), "code", "licence", "prose", "data" or "markdown", hash-checked;
-- `plain_ids(tokenizer, text) -> list[int]`: the text's token ids without `<bos>`, asked for
-  explicitly where the tokenizer's `encode` takes `add_bos`;
 - `doc_paragraphs(min_chars) -> list[str]`: its prose paragraphs (no headings, grammar or code),
   each on one line, in order;
 - `stretches(ids, length, count) -> (count, length)`: consecutive, non-overlapping stretches of a
@@ -45,7 +43,6 @@ Imports torch.
 from __future__ import annotations
 
 import hashlib
-import inspect
 
 import torch
 from torch import Tensor
@@ -61,7 +58,6 @@ __all__ = [
     "doc_paragraphs",
     "doc_text",
     "kind_text",
-    "plain_ids",
     "stretches",
 ]
 
@@ -150,15 +146,6 @@ def kind_text(kind: str) -> str:
             "13 and 15 were measured on that text"
         )
     return text
-
-
-def plain_ids(tokenizer, text: str) -> list[int]:
-    """The token ids of text without `<bos>`: `encode(text, add_bos=False)` where the
-    tokenizer's `encode` takes add_bos (so the ids do not depend on its default), else
-    `encode(text)`."""
-    if "add_bos" in inspect.signature(tokenizer.encode).parameters:
-        return tokenizer.encode(text, add_bos=False)
-    return tokenizer.encode(text)
 
 
 def doc_paragraphs(min_chars: int = 200) -> list[str]:

@@ -76,18 +76,6 @@ def test_a_changed_data_file_is_refused(monkeypatch):
         texts.kind_text("data")
 
 
-def test_plain_ids_never_start_with_bos():
-    class WithBos:  # a tokenizer whose encode adds <bos> unless told not to
-        def encode(self, text, add_bos=True):
-            return ([1] if add_bos else []) + [ord(c) for c in text]
-
-    class Without:  # one whose encode takes no add_bos
-        def encode(self, text):
-            return [ord(c) for c in text]
-
-    assert texts.plain_ids(WithBos(), "ab") == [97, 98] == texts.plain_ids(Without(), "ab")
-
-
 def test_another_licence_is_refused(monkeypatch):
     from importlib import metadata
 
