@@ -255,7 +255,14 @@ def test_deltanet_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
     assert [r["N"] for r in numbers["decode"]] == [16, 64]
     assert numbers["decode"][1]["cache_mib"] == 4 * numbers["decode"][0]["cache_mib"]
     assert numbers["decode"][0]["state_mib"] == 2 * 8 * 8 * 4 / 2**20
+    # the per-call overhead: the same steps at h = 1, d = 2, timed beside them (no timing is
+    # asserted, only that it was measured and reported)
+    assert seq["recurrence_tiny_ms"] > 0 and seq["overhead_share"] > 0
+    assert numbers["decode"][0]["tiny_step_ms"] > 0
+    assert "per-call overhead" in result.stdout
     assert main(["deltanet", "--markdown", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| the whole sequence, N = 40, h = 2, d = 8, 1 thread |")
-    assert lines[-1].startswith("| 64 |")
+    assert any(line.startswith("| step by step at h = 1, d = 2 (per-call overhead) |")
+               for line in lines)  # fmt: skip
+    assert lines[-3].startswith("| 64 |") and "per-call overhead" in lines[-1]

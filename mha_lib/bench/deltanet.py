@@ -17,6 +17,11 @@ layer gives them); medians of interleaved rounds in one run, reported as ratios:
    the step's time should stay flat in N where softmax attention's grows, and so should the
    bytes each keeps (the state; the cache, 2·h·N·d numbers). The step's output
    is asserted to equal the chunked rule's on that token.
+3. the fixed cost of a call: step by step at a tiny size (h = 1, d = 2: almost no arithmetic),
+   timed in the same interleaved rounds as the real size, and the same for one decoding step.
+   Its time over the real size's is the share of a step that is per-call overhead (Python, the
+   operators' dispatch), which no faster arithmetic or memory would remove; it is why the ratio
+   step by step / chunked differs from machine to machine.
 `--json PATH` writes the numbers, `--markdown PATH` prints docs/benchmarks.md's tables from them.
 """
 
@@ -46,6 +51,9 @@ def _transformers_rule():
     return torch_chunk_gated_delta_rule
 
 
+TINY_D = 2  # the tiny size whose step is all per-call overhead: 1 head of 2 × 2
+
+
 def rule_inputs(B: int, h: int, N: int, d: int, device, seed: int = 0):
     """q, k unit vectors (B, h, N, d), v (B, h, N, d), g ≤ 0 and beta in (0, 1) (B, h, N)."""
     gen = torch.Generator().manual_seed(seed)
@@ -69,6 +77,8 @@ def bench_sequence(B, h, N, d, chunk_size, device, repeats) -> tuple[dict, torch
         "chunked": lambda: gated_delta_rule(q, k, v, g, beta, chunk_size),
         "recurrence": lambda: gated_delta_recurrence(q, k, v, g, beta),
     }
+    tiny = rule_inputs(B, 1, N, TINY_D, device)  # the same N steps with almost no arithmetic
+    fns["recurrence_tiny"] = lambda: gated_delta_recurrence(*tiny)
     hf_rule = _transformers_rule()
     if hf_rule is not None:
         hf_inputs = [x.transpose(1, 2).contiguous() for x in (q, k, v, g, beta)]  # (B, N, h, ...)
@@ -91,6 +101,7 @@ def bench_sequence(B, h, N, d, chunk_size, device, repeats) -> tuple[dict, torch
     for name, t in med.items():
         row[f"{name}_ms"] = 1e3 * t
     row["recurrence_over_chunked"] = med["recurrence"] / med["chunked"]
+    row["overhead_share"] = med["recurrence_tiny"] / med["recurrence"]
     if hf_rule is not None:
         row["transformers_over_chunked"] = med["transformers"] / med["chunked"]
     return row, S
@@ -114,7 +125,10 @@ def bench_decode(S, sizes, device, repeats, steps: int = 20) -> list[dict]:
 
         return timed
 
-    fns = {}
+    tiny = [x[:, :1, 0, :TINY_D] for x in rule_inputs(B, 1, 1, TINY_D, device, seed=2)[:3]]
+    tiny_S = torch.zeros(B, 1, TINY_D, TINY_D, device=device)
+    tiny_g, tiny_beta = g[:, :1], beta[:, :1]
+    fns = {"delta_tiny": run_steps(lambda: gated_delta_step(tiny_S, *tiny, tiny_g, tiny_beta))}
     for N in sizes:
         with torch.inference_mode():
             _, S_N = gated_delta_rule(*rule_inputs(B, h, N, d, device, seed=3))  # (B, h, d, d)
@@ -137,6 +151,7 @@ def bench_decode(S, sizes, device, repeats, steps: int = 20) -> list[dict]:
         {
             "N": N,
             "delta_step_ms": 1e3 * med[f"delta_{N}"] / steps,
+            "tiny_step_ms": 1e3 * med["delta_tiny"] / steps,
             "softmax_step_ms": 1e3 * med[f"softmax_{N}"] / steps,
             "state_mib": state_bytes / 2**20,
             "cache_mib": 2 * B * h * N * d * S.element_size() / 2**20,
@@ -160,6 +175,12 @@ def markdown(numbers: dict) -> list[str]:
             f"| transformers' `torch_chunk_gated_delta_rule` | {s['transformers_ms']:.1f} "
             f"| {s['transformers_over_chunked']:.2f}× |"
         )
+    if "recurrence_tiny_ms" in s:
+        lines.append(
+            f"| step by step at h = 1, d = {TINY_D} (per-call overhead) | "
+            f"{s['recurrence_tiny_ms']:.1f} | {s['recurrence_tiny_ms'] / s['chunked_ms']:.1f}× "
+            f"({s['overhead_share']:.0%} of step by step's time) |"
+        )
     lines += [
         "",
         "| tokens before the step, N | gated delta step | softmax over the cache | state | cache |",
@@ -170,6 +191,15 @@ def markdown(numbers: dict) -> list[str]:
             f"| {r['N']} | {r['delta_step_ms']:.3f} ms | {r['softmax_step_ms']:.3f} ms "
             f"| {r['state_mib']:.2f} MiB | {r['cache_mib']:.2f} MiB |"
         )
+    rows = numbers["decode"]
+    if "tiny_step_ms" in rows[0]:
+        step = sorted(r["delta_step_ms"] for r in rows)[len(rows) // 2]  # the median over N
+        lines += [
+            "",
+            f"One gated delta step at h = 1, d = {TINY_D} took {rows[0]['tiny_step_ms']:.3f} ms: "
+            f"{rows[0]['tiny_step_ms'] / step:.0%} of the real step's {step:.3f} ms (the median "
+            "over N) is per-call overhead.",
+        ]
     return lines
 
 
@@ -195,6 +225,10 @@ def report(numbers: dict) -> None:
         )
     else:
         print("  transformers is not installed: no comparison")
+    print(
+        f"  {'step by step, h = 1, d = ' + str(TINY_D):<30}{s['recurrence_tiny_ms']:10.1f} ms   "
+        f"per-call overhead: {s['overhead_share']:.0%} of step by step's time"
+    )
     print("one decoding step after N tokens:")
     print(f"  {'N':>8} {'gated delta step':>18} {'softmax, cache':>20} {'state':>12} {'cache':>12}")
     for r in rows:
@@ -203,6 +237,11 @@ def report(numbers: dict) -> None:
             f"{r['state_mib']:8.2f} MiB {r['cache_mib']:8.2f} MiB"
         )
     first, last = rows[0], rows[-1]
+    step = sorted(r["delta_step_ms"] for r in rows)[len(rows) // 2]  # the median over N
+    print(
+        f"  one step at h = 1, d = {TINY_D}: {first['tiny_step_ms']:.3f} ms, "
+        f"{first['tiny_step_ms'] / step:.0%} of the real step's median {step:.3f} ms"
+    )
     print(
         f"  from N = {first['N']} to {last['N']}: the delta step's time "
         f"x{last['delta_step_ms'] / first['delta_step_ms']:.2f}, softmax attention's "

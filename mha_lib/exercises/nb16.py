@@ -13,14 +13,17 @@ written for torch tensors only is run again on tensors and passes with a note):
   C steps S ← exp(g_i) S + k_i u_iᵀ.
 
 d_k != d_v everywhere, so a transposed state or outer product shows in the shape; a square case
-is run where a transpose cannot show otherwise.
+is run where a transpose cannot show otherwise. An answer is judged to the precision of its own
+dtype (`TOLERANCE`): float64 tightly, float32 to about 1e-5; a float16 answer right to float16's
+precision is refused with a message that says so. The chunk's state is also asked at a decay as
+strong as notebook 16's own (g = −30 per token over 64 tokens), where exp(γ_C)/exp(γ_i) is 0/0.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._base import Note, as_array, checker, diagnose, mismatch, run_as
+from ._base import Note, as_array, checker, diagnose, is_tensor, run_as
 
 __all__ = ["check_chunk_state", "check_delta_step", "check_gated_step"]
 
@@ -41,6 +44,48 @@ def _step_inputs(seed: int, d_k: int = D_K, d_v: int = D_V):
     return S, k, v, g, beta
 
 
+# (rtol, atol) an answer must meet, by the precision it was computed in: float64 answers that
+# took one scalar through float32 (torch.tensor(g)) still pass; float32's rounding is ~1e-7
+TOLERANCE = {"float64": (1e-6, 1e-9), "float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2)}
+
+
+def precision(result) -> str:
+    """The float precision an answer was computed in: "float16" (bfloat16 too), "float32" or
+    "float64" (lists, Python numbers and integer arrays count as float64)."""
+    if is_tensor(result):
+        size = result.element_size() if result.dtype.is_floating_point else 8
+    else:
+        dtype = getattr(result, "dtype", None)
+        size = dtype.itemsize if dtype is not None and dtype.kind == "f" else 8
+    return {2: "float16", 4: "float32"}.get(size, "float64")
+
+
+def _allclose(value, expected, prec: str) -> bool:
+    rtol, atol = TOLERANCE[prec]
+    return bool(np.allclose(value, expected, rtol=rtol, atol=atol))
+
+
+def _mismatch(value, expected, what: str, prec: str) -> str:
+    """The message for values that match no catalogued mistake."""
+    if not np.all(np.isfinite(value)):
+        return f"the result contains inf or NaN; expected {what}"
+    if prec == "float16" and _allclose(value, expected, "float16"):
+        return (
+            f"right to float16's precision (about 1e-3) only: the answer is float16; compute "
+            f"{what} in float32 or float64"
+        )
+    if _close_to(value, expected, 1e-2):
+        return (
+            f"close to {what}, but only to about 1e-3 ({prec}): something rounds; do not round "
+            "the answer or what it is computed from"
+        )
+    return f"wrong values: expected {what}"
+
+
+def _close_to(value, expected, tol: float) -> bool:
+    return bool(np.allclose(value, expected, rtol=tol, atol=tol))
+
+
 def _judge(fn, args, names, shape, expected, mistakes, what):
     """Run fn as numpy (then torch); (problem or None, note or None)."""
     result, problem, note = run_as(fn, "numpy", *args, names=names)
@@ -55,9 +100,11 @@ def _judge(fn, args, names, shape, expected, mistakes, what):
     value, problem = as_array(result, shape, "an array")
     if problem:
         return problem, None
-    if np.allclose(value, expected, rtol=1e-6, atol=1e-9):  # float32 scalars pass too
+    prec = precision(result)
+    if prec != "float16" and _allclose(value, expected, prec):
         return None, note
-    return diagnose(value, mistakes, tol=1e-6) or mismatch(value, expected, what), None
+    named = diagnose(value, mistakes, tol=max(1e-6, TOLERANCE[prec][0]))
+    return named or _mismatch(value, expected, what, prec), None
 
 
 def _verdict(problems_and_notes) -> str | None:
@@ -94,6 +141,13 @@ def _delta_mistakes(S, k, v, beta) -> dict[str, np.ndarray]:
         "β scales the erase but not v: the correction β (v − Sᵀk) is scaled as a whole": S
         + np.outer(k, v - beta * S.T @ k),
         "it applies β twice (β² k (v − Sᵀk)ᵀ)": S + beta**2 * np.outer(k, v - S.T @ k),
+        "it shrinks the whole state by (1 − β): the erase takes away only what S stores under "
+        "k, β k (Sᵀk)ᵀ, and leaves every direction orthogonal to k as it was": (1 - beta) * S
+        + beta * np.outer(k, v),
+        "it erases what S stores under k but never writes v: the delta rule adds β k vᵀ after "
+        "the erase": S - beta * np.outer(k, S.T @ k),
+        "it returns only the new pair's write β k vᵀ: the state keeps what it held, minus the "
+        "erase β k (Sᵀk)ᵀ": beta * np.outer(k, v),
     }
 
 
@@ -107,7 +161,7 @@ def _square_delta(fn) -> str | None:
     value, problem = as_array(result, (D_K, D_K))
     if problem:
         return None
-    if np.allclose(value, S + beta * np.outer(k, v - S @ k), rtol=1e-6, atol=1e-9):
+    if _allclose(value, S + beta * np.outer(k, v - S @ k), precision(result)):
         return (
             "it reads the state with S k: S is (d_k, d_v), keys along its rows, so what it "
             "stores under k is Sᵀ k (k @ S), a vector of d_v numbers"
@@ -166,6 +220,14 @@ def _gated_mistakes(S, k, v, g, beta) -> dict[str, np.ndarray]:
         + write((1 + g) * S),
         "it decays the write as well (α β k (v − α Sᵀk)ᵀ): only the old state decays": a * S
         + a * write(a * S),
+        "it decays but never erases (α S + β k vᵀ): that is linear attention with a decay; "
+        "the gated delta rule also takes away what α S stores under k": a * S
+        + beta * np.outer(k, v),
+        "it leaves out β: the write strength scales the whole correction": a * S
+        + np.outer(k, v - a * S.T @ k),
+        "it returns S unchanged": S,
+        "it returns only the decayed state α S: the delta rule's write β k (v − α Sᵀk)ᵀ "
+        "comes after the decay": a * S,
     }
 
 
@@ -237,19 +299,57 @@ def _chunk_mistakes(S0, K, U, g) -> dict[str, np.ndarray]:
         + written(np.exp(last - gamma + g)),
         "it leaves out the state the chunk started with: S_C = exp(γ_C) S0 + the chunk's "
         "writes": written(np.exp(last - gamma)),
+        "it leaves out the chunk's writes: S_C = exp(γ_C) S0 + Σ_i exp(γ_C − γ_i) k_i u_iᵀ": np.exp(
+            last
+        )
+        * S0,
+        "it returns S0 unchanged: the chunk decays it by exp(γ_C) and adds its writes": S0,
+        "it decays S0 by the last token's exp(g_C) only: over the chunk it decays by "
+        "exp(γ_C) = exp(g_1 + … + g_C)": np.exp(g[-1]) * S0 + written(np.exp(last - gamma)),
     }
+
+
+STRONG = (64, -30.0)  # notebook 16's boundary gate g = −30, on every token of a 64-token chunk
+
+
+def _strong_inputs():
+    """A chunk of 64 tokens each decaying the state by about exp(−30): γ_C ≈ −1920, so exp(γ_i)
+    underflows to 0 and exp(−γ_i) overflows, while every exp(γ_C − γ_i) is a number ≤ 1."""
+    rng = np.random.default_rng(5)
+    tokens, g = STRONG
+    S0 = rng.normal(size=(D_K, D_V))
+    K, U = rng.normal(size=(tokens, D_K)), rng.normal(size=(tokens, D_V))
+    return S0, K, U, g + rng.uniform(-1, 1, size=tokens)
+
+
+def _overflow(value) -> str | None:
+    if np.all(np.isfinite(value)):
+        return None
+    tokens, g = STRONG
+    return (
+        f"the result contains inf or NaN at a strong decay (g ≈ −{abs(g):g} on each of {tokens} "
+        f"tokens, the notebook's own boundary gate): exp(γ_i) underflows to 0 and exp(−γ_i) "
+        "overflows, so exp(γ_C)/exp(γ_i) is 0/0 there; write each write's decay as one "
+        "exponential, exp(γ_C − γ_i), which is never above 1"
+    )
 
 
 @checker("chunk_state")
 def check_chunk_state(fn):
-    """Check fn(S0 (d_k, d_v), K (C, d_k), U (C, d_v), g (C,)) -> (d_k, d_v)."""
+    """Check fn(S0 (d_k, d_v), K (C, d_k), U (C, d_v), g (C,)) -> (d_k, d_v), on two chunks of
+    mild decays and one of decays as strong as notebook 16's gate (`STRONG`)."""
     verdicts = []
-    for seed in (0, 1):
-        S0, K, U, g = _chunk_inputs(seed)
+    for seed in (0, 1, "strong"):
+        S0, K, U, g = _strong_inputs() if seed == "strong" else _chunk_inputs(seed)
+        if seed == "strong":
+            result, problem, _ = run_as(fn, "numpy", S0, K, U, g, names=("S0", "K", "U", "g"))
+            value, _ = (None, None) if problem else as_array(result, (D_K, D_V))
+            if value is not None and _overflow(value):
+                return _overflow(value)
         expected = chunk_state_reference(S0, K, U, g)
+        mistakes = {} if seed == "strong" else _chunk_mistakes(S0, K, U, g)
         problem, note = _judge(
-            fn, (S0, K, U, g), ("S0", "K", "U", "g"), (D_K, D_V), expected,
-            _chunk_mistakes(S0, K, U, g),
+            fn, (S0, K, U, g), ("S0", "K", "U", "g"), (D_K, D_V), expected, mistakes,
             "exp(γ_C) S0 + (exp(γ_C − γ) ∘ K)ᵀ U with γ = cumsum(g), the state after C steps",
         )  # fmt: skip
         if problem:

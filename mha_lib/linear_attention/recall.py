@@ -15,7 +15,7 @@ d = b/4 = 8), and the state rules get h heads of square states d_k = d_v = d (as
 with h·d² = b·N: 3 heads of 16 × 16 (`VARIANTS`, `layer_numbers`). The hybrid's layers are the
 gated-DeltaNet and softmax layers of that budget, so it holds the same numbers in every layer.
 The budget is equal at N = 24 only: a longer sequence would grow the cache and leave the state
-as it is. One budget and `SEEDS` = 8 seeds keep the sweep to about 25 minutes of one core.
+as it is. One budget and `SEEDS` = 16 seeds keep the sweep to about 50 minutes of two cores.
 
 The state rules are one module, `StateMixer`, with two switches: q, k and v projected as
 notebook 08's attention projects them, q and k L2-normalised, then
@@ -33,7 +33,15 @@ cannot make equal is listed by `differences`.
 (`mha_lib/data/nb16_recall_sweep.json`), which notebook 16 reads with `load_sweep`;
 tests/linear_attention/test_recall.py regenerates a slice and trains a seed outside the cache.
 The five models of a seed share its data and the draws of their embeddings, so the notebook
-counts seeds when it states how often an ordering held.
+counts seeds when it states how often an ordering held. What it states about seeds comes from
+here, one source for the notebook and the tests: `seed_claims` (every statement about one seed's
+five runs: solved or not, and for every two models, which erred less), `claim_counts` (in how
+many cached seeds each held), `every_seed_claims` (those that held in all of them: the only
+"every seed" statements the notebook makes) and `new_seed_intervals` (where one new seed should
+land); the tests train a seed outside the cache and check the last two on it.
+`python -m mha_lib.linear_attention.recall --extend` trains only the seeds of `SEEDS` that the
+file lacks and adds them to it, with a "parts" entry saying which command, machine and minutes
+made which seeds.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -72,18 +81,22 @@ __all__ = [
     "VARIANTS",
     "StateMixer",
     "accuracy_by_pair",
+    "claim_counts",
     "differences",
+    "every_seed_claims",
     "gate_means",
     "layer_numbers",
     "load_sweep",
     "make_model",
     "mixer_for",
+    "new_seed_intervals",
     "run_sweep",
+    "seed_claims",
     "sweep_summary",
     "sweep_table",
 ]
 
-SEEDS = tuple(range(8))
+SEEDS = tuple(range(16))
 LAYERS = 4  # three gated-DeltaNet layers under one softmax layer make the hybrid
 N = 3 * TASK["pairs"]  # 24 tokens: the length at which the budgets are equal
 BUDGETS = (32,)  # numbers per token per layer of the softmax caches (notebook 11's larger one)
@@ -307,6 +320,64 @@ def sweep_table(sweep: dict) -> dict[tuple[int, str], dict[int, float]]:
     return table
 
 
+SOLVED = 0.9  # notebook 11's threshold: a run solves the task at this accuracy or above
+
+
+def seed_claims(runs: list[dict]) -> dict[str, bool]:
+    """Every statement about one seed's runs (one per model, one budget) that notebook 16 could
+    make "in every seed": each model solved the task (accuracy >= `SOLVED`), and, for every two
+    models, "A erred less than B" (a strictly smaller share of wrong answers)."""
+    wrong = {run["variant"]: 1 - run["accuracy"] for run in runs}
+    names = list(wrong)
+    claims = {
+        f"each of the {len(names)} models solved the task (accuracy >= {SOLVED})": all(
+            run["accuracy"] >= SOLVED for run in runs
+        )
+    }
+    for a in names:
+        for b in names:
+            if a != b:
+                claims[f"{a} erred less than {b}"] = wrong[a] < wrong[b]
+    return claims
+
+
+def _by_seed(sweep: dict) -> dict[int, list[dict]]:
+    by_seed: dict[int, list[dict]] = {}
+    for run in sweep["runs"]:
+        by_seed.setdefault(run["seed"], []).append(run)
+    return {seed: by_seed[seed] for seed in sorted(by_seed)}
+
+
+def claim_counts(sweep: dict) -> dict[str, int]:
+    """{claim: the number of cached seeds in which it held} for every `seed_claims` claim."""
+    counts: dict[str, int] = {}
+    for runs in _by_seed(sweep).values():
+        for claim, held in seed_claims(runs).items():
+            counts[claim] = counts.get(claim, 0) + int(held)
+    return counts
+
+
+def every_seed_claims(sweep: dict) -> list[str]:
+    """The claims that held in every cached seed: all that notebook 16 states "in every seed"
+    (tests/linear_attention/test_recall.py checks each on a seed outside the cache)."""
+    n = len(_by_seed(sweep))
+    return [claim for claim, k in claim_counts(sweep).items() if k == n]
+
+
+def new_seed_intervals(sweep: dict, level: float = 0.95) -> dict[str, tuple[float, float]]:
+    """Per model, the `level` prediction interval for one new seed's accuracy (mean ± t · sd ·
+    √(1 + 1/s) over the s cached seeds, `mha_lib.stats.prediction_interval`; not clipped),
+    the interval notebook 16 prints as "one new seed, 95 %"."""
+    from ..stats import prediction_interval
+
+    table = {name: by_seed for (_, name), by_seed in sweep_table(sweep).items()}
+    out = {}
+    for name, by_seed in table.items():
+        mean, half = prediction_interval(np.array(list(by_seed.values())), level=level)
+        out[name] = (float(mean - half), float(mean + half))
+    return out
+
+
 def sweep_summary(sweep: dict) -> dict[tuple[int, str], dict]:
     """Per (budget, variant): notebook 11's summary (`efficient.recall.sweep_summary`: the mean
     accuracy with its 95 % t-interval over the seeds, not clipped; how many seeds solved the task,
@@ -314,10 +385,51 @@ def sweep_summary(sweep: dict) -> dict[tuple[int, str], dict]:
     return recall.sweep_summary(sweep)
 
 
+def extend_sweep(path: Path | str = SWEEP_FILE, seeds=SEEDS, processes: int = 2,
+                 verbose: bool = False) -> dict:  # fmt: skip
+    """The cached sweep at path with the seeds it lacks trained and added: the runs it holds are
+    kept as they are (each run depends on its seed only), the new ones appended, and "parts"
+    says which seeds each command made, with its provenance and minutes."""
+    old = load_sweep(path)
+    missing = [s for s in seeds if s not in old["seeds"]]
+    fresh = run_sweep(seeds=missing, processes=processes, verbose=verbose) if missing else None
+    if fresh is not None:
+        for key in ("task", "train", "budgets", "variants"):
+            if json.loads(json.dumps(fresh[key])) != old[key]:
+                raise ValueError(f"the cache's {key} differs from this code's; rerun it all")
+    made_by = ("made by", "torch", "python", "machine", "cpu capability", "minutes")
+    parts = old.get("parts") or [{"seeds": old["seeds"], **{k: old[k] for k in made_by}}]
+    out = {k: v for k, v in old.items() if k not in ("parts", "runs")}
+    out["seeds"] = sorted(set(old["seeds"]) | set(missing))
+    out["runs"] = old["runs"] + (fresh["runs"] if fresh else [])
+    out["parts"] = parts + ([{"seeds": missing, **{k: fresh[k] for k in made_by[:-1]}}]
+                            if fresh else [])  # fmt: skip
+    return out
+
+
 def main(argv=None) -> int:
-    return recall.sweep_command(
-        "python -m mha_lib.linear_attention.recall", run_sweep, SWEEP_FILE, argv
-    )
+    """`python -m mha_lib.linear_attention.recall [out] [--processes P] [--extend]`: the whole
+    sweep, or with --extend only the seeds of `SEEDS` the file at out lacks, added to it."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--extend" not in argv:
+        return recall.sweep_command(
+            "python -m mha_lib.linear_attention.recall", run_sweep, SWEEP_FILE, argv
+        )
+    argv.remove("--extend")
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mha_lib.linear_attention.recall --extend")
+    parser.add_argument("out", nargs="?", type=Path, default=SWEEP_FILE)
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    result = extend_sweep(args.out, processes=args.processes, verbose=True)
+    minutes = round((time.perf_counter() - t0) / 60, 1)
+    result["parts"][-1].setdefault("minutes", minutes)
+    result["minutes"] = round(sum(p["minutes"] for p in result["parts"]), 1)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out} ({len(result['seeds'])} seeds) in {minutes} min")
+    return 0
 
 
 if __name__ == "__main__":

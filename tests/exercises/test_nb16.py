@@ -1,10 +1,12 @@
-"""The checkers of notebook 16 accept right answers (numpy and torch) and name the usual
-mistakes."""
+"""The checkers of notebook 16 accept right answers (numpy and torch, float64 and float32) and
+name the usual mistakes: every wrong answer catalogued here gets a message naming its mistake
+(the test asserts a distinctive part of it), never the generic "wrong values"."""
 
 import numpy as np
 import pytest
 import torch
 
+from mha_lib.exercises._base import GENERIC
 from mha_lib.exercises.nb16 import (
     check_chunk_state,
     check_delta_step,
@@ -54,10 +56,21 @@ def delta_library(S, k, v, beta):  # the library's step: one head, q unused
     return new[0, 0]
 
 
+def delta_float32(S, k, v, beta):  # computed in float32: rounding of about 1e-7
+    S, k, v = (np.asarray(x, dtype=np.float32) for x in (S, k, v))
+    return S + np.float32(beta) * np.outer(k, v - S.T @ k)
+
+
+def delta_torch_float32(S, k, v, beta):
+    S, k, v = (torch.as_tensor(x, dtype=torch.float32) for x in (S, k, v))
+    return S + beta * torch.outer(k, v - S.T @ k)
+
+
 @pytest.mark.parametrize(
     "fn",
-    [delta_outer, delta_k_at_S, delta_projector, delta_torch, delta_torch_only, delta_library],
-)
+    [delta_outer, delta_k_at_S, delta_projector, delta_torch, delta_torch_only, delta_library,
+     delta_float32, delta_torch_float32],
+)  # fmt: skip
 def test_delta_step_accepts_correct_forms(capsys, fn):
     assert check_delta_step(fn)
     out = verdict(capsys)
@@ -84,7 +97,14 @@ DELTA_WRONG = [
     (lambda S, k, v, b: S + b * np.outer(k, v - S @ k), "reads the state with S k"),
     (lambda S, k, v, b: (S + b * np.outer(k, v - S.T @ k)).T, "the state transposed"),
     (_in_place, "changes its argument S in place"),
-    (lambda S, k, v, b: S + b * np.outer(k, v - S.T @ k) + 0.1, "wrong values"),
+    (lambda S, k, v, b: (1 - b) * S + b * np.outer(k, v), "shrinks the whole state"),
+    (lambda S, k, v, b: S - b * np.outer(k, S.T @ k), "never writes v"),
+    (lambda S, k, v, b: b * np.outer(k, v), "only the new pair's write"),
+    (
+        lambda S, k, v, b: torch.as_tensor(S + b * np.outer(k, v - S.T @ k)).half(),
+        "float16's precision",
+    ),
+    (lambda S, k, v, b: np.round(S + b * np.outer(k, v - S.T @ k), 3), "something rounds"),
     (lambda S, k, v, b: None, "not implemented"),
 ]
 
@@ -94,6 +114,7 @@ def test_delta_step_names_the_mistake(capsys, fn, words):
     assert not check_delta_step(fn)
     out = verdict(capsys)
     assert out.startswith("✗ delta_step:") and words in out, out
+    assert not out.removeprefix("✗ delta_step: ").startswith(GENERIC), out
 
 
 # gated_step -------------------------------------------------------------------------------------
@@ -121,7 +142,22 @@ def gated_library(S, k, v, g, beta):
     return gated_delta_step(t[0], t[1], t[2], t[3], g_, b)[1][0, 0]
 
 
-@pytest.mark.parametrize("fn", [gated_numpy, gated_one_line, gated_torch, gated_library])
+def gated_float32(S, k, v, g, beta):
+    S, k, v = (np.asarray(x, dtype=np.float32) for x in (S, k, v))
+    S = np.exp(np.float32(g)) * S
+    return S + np.float32(beta) * np.outer(k, v - S.T @ k)
+
+
+def gated_torch_float32(S, k, v, g, beta):
+    S, k, v = (torch.as_tensor(x, dtype=torch.float32) for x in (S, k, v))
+    S = S * torch.exp(torch.tensor(g))
+    return S + beta * torch.outer(k, v - S.T @ k)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [gated_numpy, gated_one_line, gated_torch, gated_library, gated_float32, gated_torch_float32],
+)
 def test_gated_step_accepts_correct_forms(capsys, fn):
     assert check_gated_step(fn)
     assert "✓ gated_step: correct" in verdict(capsys)
@@ -143,7 +179,18 @@ GATED_WRONG = [
         lambda S, k, v, g, b: np.exp(g) * S + np.exp(g) * _write(np.exp(g) * S, k, v, b),
         "decays the write as well",
     ),
-    (lambda S, k, v, g, b: np.exp(g) * S + b * np.outer(k, v), "wrong values"),
+    (lambda S, k, v, g, b: np.exp(g) * S + b * np.outer(k, v), "never erases"),
+    (
+        lambda S, k, v, g, b: np.exp(g) * S + np.outer(k, v - np.exp(g) * S.T @ k),
+        "leaves out β",
+    ),
+    (lambda S, k, v, g, b: S.copy(), "returns S unchanged"),
+    (lambda S, k, v, g, b: np.exp(g) * S, "only the decayed state"),
+    (
+        lambda S, k, v, g, b: torch.as_tensor(gated_numpy(S, k, v, g, b)).half(),
+        "float16's precision",
+    ),
+    (lambda S, k, v, g, b: gated_numpy(S, k, v, round(g, 2), b), "something rounds"),
     (lambda S, k, v, g, b: None, "not implemented"),
 ]
 
@@ -153,6 +200,7 @@ def test_gated_step_names_the_mistake(capsys, fn, words):
     assert not check_gated_step(fn)
     out = verdict(capsys)
     assert out.startswith("✗ gated_step:") and words in out, out
+    assert not out.removeprefix("✗ gated_step: ").startswith(GENERIC), out
 
 
 # chunk_state ------------------------------------------------------------------------------------
@@ -182,7 +230,21 @@ def chunk_torch(S0, K, U, g):
     return gamma[-1].exp() * S0 + (K * (gamma[-1] - gamma).exp()[:, None]).T @ U
 
 
-@pytest.mark.parametrize("fn", [chunk_numpy, chunk_einsum, chunk_steps, chunk_torch])
+def chunk_float32(S0, K, U, g):
+    S0, K, U, g = (np.asarray(x, dtype=np.float32) for x in (S0, K, U, g))
+    gamma = np.cumsum(g)
+    return np.exp(gamma[-1]) * S0 + (np.exp(gamma[-1] - gamma)[:, None] * K).T @ U
+
+
+def chunk_torch_float32(S0, K, U, g):
+    S0, K, U, g = (torch.as_tensor(x, dtype=torch.float32) for x in (S0, K, U, g))
+    gamma = g.cumsum(0)
+    return gamma[-1].exp() * S0 + (K * (gamma[-1] - gamma).exp()[:, None]).T @ U
+
+
+@pytest.mark.parametrize(
+    "fn", [chunk_numpy, chunk_einsum, chunk_steps, chunk_torch, chunk_float32, chunk_torch_float32]
+)
 def test_chunk_state_accepts_correct_forms(capsys, fn):
     assert check_chunk_state(fn)
     assert "✓ chunk_state: correct" in verdict(capsys)
@@ -197,6 +259,17 @@ def test_the_chunk_formula_is_the_recurrence():
 
 def _decayed(S0, K, U, decay, state_decay):
     return state_decay * S0 + (decay[:, None] * K).T @ U
+
+
+def _chunk_exp_ratio(S0, K, U, g):  # right on mild decays, 0/0 at g = −30 over 64 tokens
+    gamma = np.cumsum(g)
+    return np.exp(gamma[-1]) * S0 + ((np.exp(gamma[-1]) / np.exp(gamma))[:, None] * K).T @ U
+
+
+def _chunk_exp_ratio_torch(S0, K, U, g):
+    S0, K, U, g = (torch.as_tensor(x) for x in (S0, K, U, g))
+    gamma = g.cumsum(0)
+    return gamma[-1].exp() * S0 + (K * (gamma[-1].exp() * (-gamma).exp())[:, None]).T @ U
 
 
 CHUNK_WRONG = [
@@ -218,7 +291,16 @@ CHUNK_WRONG = [
     ),
     (lambda S0, K, U, g: (np.exp(g.sum() - np.cumsum(g))[:, None] * K).T @ U, "leaves out the"),
     (lambda S0, K, U, g: (np.exp(g.sum()) * S0 + K.T @ U).T, "the state transposed"),
-    (lambda S0, K, U, g: np.exp(g.sum()) * S0, "wrong values"),
+    (lambda S0, K, U, g: np.exp(g.sum()) * S0, "leaves out the chunk's writes"),
+    (lambda S0, K, U, g: S0.copy(), "returns S0 unchanged"),
+    (
+        lambda S0, K, U, g: _decayed(S0, K, U, np.exp(g.sum() - np.cumsum(g)), np.exp(g[-1])),
+        "last token's exp(g_C) only",
+    ),
+    (_chunk_exp_ratio, "exp(γ_C)/exp(γ_i) is 0/0"),
+    (_chunk_exp_ratio_torch, "exp(γ_C)/exp(γ_i) is 0/0"),
+    (lambda S0, K, U, g: torch.as_tensor(chunk_numpy(S0, K, U, g)).half(), "float16's precision"),
+    (lambda S0, K, U, g: np.round(chunk_numpy(S0, K, U, g), 3), "something rounds"),
     (lambda S0, K, U, g: None, "not implemented"),
 ]
 
@@ -228,3 +310,18 @@ def test_chunk_state_names_the_mistake(capsys, fn, words):
     assert not check_chunk_state(fn)
     out = verdict(capsys)
     assert out.startswith("✗ chunk_state:") and words in out, out
+    assert not out.removeprefix("✗ chunk_state: ").startswith(GENERIC), out
+
+
+def test_the_exp_ratio_is_right_on_mild_decays_and_breaks_on_the_notebooks_gate():
+    """The catalogue's exp(γ_C)/exp(γ_i) is the right formula in exact arithmetic: only the
+    strong decay (g = −30 over 64 tokens, notebook 16's gate) tells it apart."""
+    from mha_lib.exercises.nb16 import _chunk_inputs, _strong_inputs
+
+    S0, K, U, g = _chunk_inputs(0)
+    assert np.allclose(_chunk_exp_ratio(S0, K, U, g), chunk_state_reference(S0, K, U, g))
+    S0, K, U, g = _strong_inputs()
+    with np.errstate(all="ignore"):
+        assert not np.isfinite(_chunk_exp_ratio(S0, K, U, g)).all()
+    assert np.isfinite(chunk_state_reference(S0, K, U, g)).all()
+    assert np.allclose(chunk_state_reference(S0, K, U, g), chunk_state_steps(S0, K, U, g))
