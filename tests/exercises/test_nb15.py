@@ -116,7 +116,8 @@ SCALES_WRONG = [
         ),
         "6-bit fields of bytes 8-11",
     ),
-    (lambda p: (q4_k_scales(p)[0] + 1, q4_k_scales(p)[1]), "wrong values"),
+    (lambda p: (q4_k_scales(p)[0] + 1, q4_k_scales(p)[1]), "every scale is one too large"),
+    (lambda p: (q4_k_scales(p)[0], q4_k_scales(p)[1] + 1), "every minimum is one too large"),
     (lambda p: np.concatenate(q4_k_scales(p)), "expected a pair"),
     (lambda p: (q4_k_scales(p)[0][:4], q4_k_scales(p)[1]), "expected shape (8,)"),
     (lambda p: None, "not implemented"),
@@ -234,7 +235,8 @@ DEQ_WRONG = [
     (lambda b: _bad_scales(b, SCALES_WRONG[4][0]), "come from the wrong bytes"),
     (lambda b: _bad_scales(b, SCALES_WRONG[1][0]), "nibbles of bytes 8-11 are swapped"),
     (lambda b: deq_numpy(b).astype(np.float16), "only to about 1e-3"),
-    (lambda b: deq_numpy(b) + 1, "wrong values"),
+    (lambda b: deq_numpy(b) + 1, "every weight is off by the same amount (+1)"),
+    (lambda b: deq_numpy(b) - 0.25, "every weight is off by the same amount (-0.25)"),
     (lambda b: deq_numpy(b).reshape(8, 32), "expected shape (256,)"),
     (lambda b: None, "not implemented"),
 ]
@@ -321,9 +323,25 @@ MASK_WRONG = [
     (_sliding(lambda i, j, w: (j <= i) & (j < w)), "first `window` keys"),
     (lambda t, N, w: ~mask_numpy(t, N, w), "may NOT see"),
     (lambda t, N, w: mask_numpy(t, N, w)[:-1], "expected shape"),
-    (_sliding(lambda i, j, w: (j <= i) & (i - j < w) & (j % 2 == 0)), "wrong values"),
+    (
+        lambda t, N, w: np.where(mask_numpy(t, N, w), 0.0, -np.inf),
+        "it returns an additive mask (0 where a key is seen, -inf where not)",
+    ),
+    (
+        lambda t, N, w: torch.zeros(N, N).masked_fill(
+            ~torch.from_numpy(mask_numpy(t, N, w)), float("-inf")
+        ),
+        "the exercise asks for booleans",
+    ),
     (lambda t, N, w: None, "not implemented"),
 ]
+
+
+def test_an_answer_that_matches_no_mistake_is_still_refused(capsys):
+    """Outside the catalogue: refused, with the generic message."""
+    odd = _sliding(lambda i, j, w: (j <= i) & (i - j < w) & (j % 2 == 0))
+    assert not check_layer_mask(odd)
+    assert "wrong values" in verdict(capsys)
 
 
 @pytest.mark.parametrize("fn, words", MASK_WRONG)
@@ -427,3 +445,22 @@ def test_softcap_on_numpy_only_passes_with_a_note(capsys):
     assert check_softcap_attention(numpy_only)
     out = verdict(capsys)
     assert "✓ softcap_attention: correct (on numpy arrays only" in out, out
+
+
+CATALOGUES = [
+    (check_q4_k_scales, SCALES_WRONG),
+    (check_dequantize_q4_k, DEQ_WRONG),
+    (check_layer_mask, MASK_WRONG),
+    (check_softcap_attention, SOFTCAP_WRONG),
+]
+
+
+@pytest.mark.parametrize(
+    "check, fn", [(check, fn) for check, wrong in CATALOGUES for fn, _ in wrong]
+)
+def test_no_catalogued_answer_gets_the_generic_message(capsys, check, fn):
+    """Every wrong answer of the catalogues is refused naming its mistake, none with the
+    message for values that match no known mistake."""
+    assert not check(fn)
+    out = verdict(capsys)
+    assert "wrong values" not in out and "contains inf or NaN" not in out, out

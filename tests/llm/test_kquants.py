@@ -97,6 +97,10 @@ def test_sub_block_scales_beat_one_scale_and_nearly_match_q4_1():
     assert len(np.unique(one[0])) <= 16  # 4-bit codes: at most 16 values a block
     with pytest.raises(ValueError, match=r"w has shape \(3, 100\); expected a number of weights"):
         requantization_errors(np.zeros((3, 100)))
+    two = requantization_errors(w, ways=("one scale per 256", "Q4_K"))
+    assert two == {k: e[k] for k in ("one scale per 256", "Q4_K")}
+    with pytest.raises(ValueError, match="ways holds 'Q4_0'"):
+        requantization_errors(w, ways=("Q4_0",))
 
 
 def test_a_block_of_the_wrong_size_or_type_is_refused():

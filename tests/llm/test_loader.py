@@ -397,3 +397,20 @@ def test_bad_files_are_refused_before_a_weight_is_read(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"has sha256 .* expected 00"):
         loader.load_gguf(good, expected_sha256="00" * 32)
     assert reads == []
+
+
+def test_a_llama_file_with_rope_frequencies_is_refused_naming_them(tmp_path):
+    """What notebook 15's section 6 says of Llama 3.1 and 3.2 files: llama.cpp's converter
+    writes their RoPE frequency scaling as one more tensor, rope_freqs.weight, which the loader
+    does not read; such a file is refused naming it, before a weight is read."""
+    import numpy as np
+
+    from mha_lib.llm import loader
+    from tests.gguf_files import write_gguf
+
+    hf = hf_of("llama")
+    d = hf.config.hidden_size // hf.config.num_attention_heads
+    path = tmp_path / "llama3.gguf"
+    write_gguf(path, hf, qtype="Q8_0", extra={"rope_freqs.weight": (np.ones(d // 2), "F32")})
+    with pytest.raises(ValueError, match=r"unexpected \['rope_freqs.weight'\]"):
+        loader.load_gguf(path)

@@ -54,11 +54,26 @@ def test_the_other_kinds_are_the_pinned_texts():
     assert "class GGUFReader" in code
     assert licence.split()[:4] == ["Apache", "License", "Version", "2.0,"]
     assert texts.kind_text("documentation") == doc_text()
-    for kind in texts.KINDS:
+    for kind in texts.ALL_KINDS:
         text = texts.kind_text(kind)
         assert hashlib.sha256(text.encode("utf-8")).hexdigest() == texts.KIND_SHA256[kind]
     with pytest.raises(ValueError, match="kind = 'poetry'"):
         texts.kind_text("poetry")
+
+
+def test_the_three_more_kinds_are_what_they_say():
+    assert texts.ALL_KINDS == texts.KINDS + texts.MORE_KINDS and len(set(texts.ALL_KINDS)) == 6
+    prose, data, markdown = (texts.kind_text(k) for k in texts.MORE_KINDS)
+    assert prose.split("\n\n") == doc_paragraphs()
+    rows = data.splitlines()
+    assert rows[1].startswith("Date,IBM,AAPL,MSFT") and all(r.count(",") == 10 for r in rows[1:])
+    assert markdown.startswith("## gguf\n\nThis is a Python package for writing binary files")
+
+
+def test_a_changed_data_file_is_refused(monkeypatch):
+    monkeypatch.setattr(texts, "_read", lambda kind: "Date,IBM\n")
+    with pytest.raises(ValueError, match=r"the data text .* of matplotlib\) has sha256"):
+        texts.kind_text("data")
 
 
 def test_another_licence_is_refused(monkeypatch):
