@@ -68,7 +68,9 @@ class TransformerBlock(nn.Module):
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}; got {activation!r}")
         factory = {"device": device, "dtype": dtype}
-        self.self_attn = MultiHeadAttention(d_model, nhead, dropout=dropout, bias=bias, **factory)
+        self.self_attn = MultiHeadAttention(
+            d_model, nhead, dropout=dropout, bias=bias, batch_first=True, **factory
+        )
         self.linear1 = nn.Linear(d_model, dim_feedforward, bias=bias, **factory)  # (E -> F)
         self.dropout = nn.Dropout(dropout)
         self.linear2 = nn.Linear(dim_feedforward, d_model, bias=bias, **factory)  # (F -> E)

@@ -8,10 +8,11 @@ stays numpy-only.
 What it holds, in reading order:
 - `explicit_attention`: softmax(q kᵀ/√d + mask) v with the weights written out, the
   algorithm;
-- `MultiHeadAttention`: the same constructor, parameters (names and layout),
-  forward arguments and results as `torch.nn.MultiheadAttention(batch_first=True)`,
-  so it can replace it in existing code and load its `state_dict`. Its `forward` is
-  project -> attend -> merge -> out_proj; the attention runs
+- `MultiHeadAttention`: the same constructor (defaults included: batch_first=False,
+  inputs (L, B, E)), parameters (names and layout), forward arguments and results as
+  `torch.nn.MultiheadAttention`, so it can replace it in existing code and load its
+  `state_dict`; the series' own code passes batch_first=True, as it does to torch's.
+  Its `forward` is project -> attend -> merge -> out_proj; the attention runs
   `torch.nn.functional.scaled_dot_product_attention` (fused kernels: the (L, S) attention
   matrix is never kept), and `explicit_attention` only when `need_weights=True`;
 - the helpers (heads split and merged, masks merged), then every input check.
@@ -89,7 +90,7 @@ class MultiHeadAttention(nn.Module):
     """Multi-head attention, a drop-in replacement for `nn.MultiheadAttention`.
 
     Arguments, parameters and results are those of
-    `torch.nn.MultiheadAttention` (batch_first=True is the default here):
+    `torch.nn.MultiheadAttention`, defaults included (batch_first=False, as in torch):
     embed_dim E, num_heads h (h must divide E, d = E / h), dropout on the
     attention weights (training only), bias for the in- and out-projections,
     kdim / vdim for keys and values of other widths, batch_first, device,
@@ -118,7 +119,7 @@ class MultiHeadAttention(nn.Module):
         add_zero_attn: bool = False,
         kdim: int | None = None,
         vdim: int | None = None,
-        batch_first: bool = True,
+        batch_first: bool = False,
         device=None,
         dtype=None,
     ) -> None:
@@ -194,8 +195,9 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from `query` to `key`/`value`; returns (output, weights or None).
 
-        Shapes (batch_first=True; with batch_first=False the batched inputs
-        and the output are (L, B, E) instead, the weights stay batch first):
+        Shapes with batch_first=True (the series' layout; with the default
+        batch_first=False, torch's, the batched inputs and the output are
+        (L, B, E) instead, and the weights stay batch first):
         - query (B, L, E) or unbatched (L, E); key (B, S, kdim), value
           (B, S, vdim), unbatched (S, kdim), (S, vdim). key defaults to query
           and value to key (self-attention).

@@ -257,7 +257,7 @@ def test_cost_formulas_equal_torchs_flop_count(side, C, k, heads):
     img = torch.randn(1, C, side, side)  # (1, C, H, W)
     w = torch.randn(C, C, k, k)
     tokens = img.flatten(2).transpose(1, 2)  # (1, N, C)
-    mha = MultiHeadAttention(C, heads, bias=False)
+    mha = MultiHeadAttention(C, heads, bias=False, batch_first=True)
     assert flops(lambda: F.conv2d(img, w, padding=k // 2)) == 2 * macs_conv(side, C, k)
     assert flops(lambda: mha(tokens, need_weights=True)) == 2 * macs_attention(side, C, heads)
     assert flops(lambda: attention_conv2d(img, w)) == 2 * macs_construction(side, C, k)

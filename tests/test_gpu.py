@@ -81,7 +81,7 @@ def _no_tf32():
 @pytest.mark.parametrize("device", DEVICES)
 def test_module_on_the_device_equals_the_cpu(device):
     torch.manual_seed(0)
-    ref = MultiHeadAttention(32, 4).double()  # (E, h) = (32, 4), d = 8
+    ref = MultiHeadAttention(32, 4, batch_first=True).double()  # (E, h) = (32, 4), d = 8
     x = _randn(2, 11, 32, seed=1)  # (B, N, E)
     kpm = torch.arange(11)[None, :] >= torch.tensor([11, 6])[:, None]  # (B, N), True = padding
     for need_weights in (False, True):
@@ -97,7 +97,7 @@ def test_module_on_the_device_equals_the_cpu(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_module_gradients_on_the_device_equal_the_cpu(device):
     torch.manual_seed(0)
-    ref = MultiHeadAttention(16, 2).double()
+    ref = MultiHeadAttention(16, 2, batch_first=True).double()
     x = _randn(2, 7, 16, seed=2)
     ref(x, is_causal=True, attn_mask=torch.ones(7, 7, dtype=torch.bool).triu(1))[0].sum().backward()
     m = MultiHeadAttention.from_torch(ref.to_torch()).to(device=device, dtype=torch.float32)
@@ -185,7 +185,7 @@ def test_flash_attention_on_the_device_equals_the_cpu(device, N, M):
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_fully_masked_rows_give_zeros_not_nan_on_the_device(device, need_weights):
     torch.manual_seed(14)
-    ref = MultiHeadAttention(16, 4)
+    ref = MultiHeadAttention(16, 4, batch_first=True)
     x = _randn(2, 6, 16, seed=15).float()
     kpm = torch.arange(6)[None, :] >= torch.tensor([6, 0])[:, None]  # sequence 1: every key masked
     expected, _ = ref(x, key_padding_mask=kpm, need_weights=need_weights)

@@ -267,6 +267,115 @@ def test_batch_first_false(dtype):
     assert_same(*res, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_default_constructor_is_a_drop_in_for_torchs(dtype):
+    """Under both constructors' defaults (batch_first=False): (L, N, E) in, the same results."""
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(E, H, dtype=dtype)
+    _randomise_biases(ref)
+    ours = MultiHeadAttention(E, H, dtype=dtype)
+    ours.load_state_dict(ref.state_dict())  # the same weights
+    assert ours.batch_first is False and ref.batch_first is False
+    x = _leaf((5, 3, E), dtype, 1)  # (L, N, E): 5 tokens, 3 sequences
+    res = run_both(ref, ours, [x], need_weights=True)
+    assert res[1][0].shape == (5, 3, E) and res[1][1].shape == (3, 5, 5)
+    assert_same(*res, dtype)
+    # torch's default need_weights=True against ours (False): the same output
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x, x, x)[0], ref(x, x, x)[0], **TOL[dtype])
+        # the same weights read batch first would mix the sequences: a different result
+        ours.batch_first = True
+        assert (ours(x, x, x)[0] - ref(x, x, x)[0]).abs().max() > 0.1
+
+
+def random_configuration(gen: torch.Generator):
+    """(constructor kwargs, forward kwargs, (L, S, B)) of one random configuration: odd sizes,
+    kdim/vdim often not E, bool or float masks (key 0 never blocked, so no row is fully
+    masked), either layout, weights averaged or not, dropout 0."""
+
+    def draw(lo, hi):
+        return int(torch.randint(lo, hi + 1, (), generator=gen))
+
+    h, d, B, L, S = draw(1, 4), draw(1, 5), draw(1, 3), draw(1, 6), draw(1, 7)
+    E_ = h * d
+    config = {
+        "embed_dim": E_,
+        "num_heads": h,
+        "kdim": E_ if draw(0, 1) else draw(1, 9),
+        "vdim": E_ if draw(0, 1) else draw(1, 9),
+        "bias": bool(draw(0, 1)),
+        "batch_first": bool(draw(0, 1)),
+    }
+    as_float = bool(draw(0, 1))
+
+    def mask(*shape):
+        blocked = torch.rand(shape, generator=gen) < 0.4
+        blocked[..., 0] = False  # key 0 stays visible to every query
+        if not as_float:
+            return blocked
+        return torch.zeros(shape, dtype=torch.float64).masked_fill(blocked, float("-inf"))
+
+    call = {
+        "key_padding_mask": mask(B, S) if draw(0, 1) else None,
+        "attn_mask": [None, lambda: mask(L, S), lambda: mask(B * h, L, S)][draw(0, 2)],
+        "need_weights": bool(draw(0, 1)),
+        "average_attn_weights": bool(draw(0, 1)),
+    }
+    if call["attn_mask"] is not None:
+        call["attn_mask"] = call["attn_mask"]()
+    return config, call, (L, S, B)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_configurations_match_torch(seed):
+    """Outputs, weights and gradients equal nn.MultiheadAttention's with the same weights."""
+    gen = torch.Generator().manual_seed(seed)
+    config, call, (L, S, B) = random_configuration(gen)
+    torch.manual_seed(seed)
+    ref = nn.MultiheadAttention(**config, dropout=0.0, dtype=torch.float64)
+    _randomise_biases(ref)
+    ours = MultiHeadAttention.from_torch(ref)
+    assert ours.batch_first == config["batch_first"]
+
+    def draw(n, width):  # a batch in the configuration's layout
+        t = torch.randn(B, n, width, generator=gen, dtype=torch.float64)
+        return t if config["batch_first"] else t.transpose(0, 1).contiguous()
+
+    inputs = [draw(L, config["embed_dim"]), draw(S, config["kdim"]), draw(S, config["vdim"])]
+    res = run_both(ref, ours, inputs, **call)
+    assert_same(*res, torch.float64)
+    assert (res[1][1] is None) == (not call["need_weights"])
+
+
+def test_random_configurations_cover_every_option():
+    """The 40 seeds above draw each option both ways."""
+    seen = set()
+    for seed in range(40):
+        config, call, _ = random_configuration(torch.Generator().manual_seed(seed))
+        E_ = config["embed_dim"]
+        seen |= {
+            ("kdim != E", config["kdim"] != E_),
+            ("vdim != E", config["vdim"] != E_),
+            ("batch_first", config["batch_first"]),
+            ("bias", config["bias"]),
+            ("padding", call["key_padding_mask"] is not None),
+            ("attn_mask 3-D", call["attn_mask"] is not None and call["attn_mask"].dim() == 3),
+            ("attn_mask 2-D", call["attn_mask"] is not None and call["attn_mask"].dim() == 2),
+            (
+                "float masks",
+                any(
+                    m is not None and m.is_floating_point()
+                    for m in (call["key_padding_mask"], call["attn_mask"])
+                ),
+            ),
+            ("need_weights", call["need_weights"]),
+            ("average", call["average_attn_weights"]),
+            ("odd E", E_ % 2 == 1),
+        }
+    names = {name for name, _ in seen}
+    assert all((name, True) in seen and (name, False) in seen for name in names), sorted(seen)
+
+
 def test_eval_mode_matches_torch_fast_path():
     """In eval mode without grad, torch takes its native fast path; still equal."""
     ref, ours = make_pair("from_torch")
@@ -302,7 +411,7 @@ def test_same_seed_same_initial_weights():
     torch.manual_seed(3)
     ref = nn.MultiheadAttention(E, H, batch_first=True, kdim=5, vdim=7)
     torch.manual_seed(3)
-    ours = MultiHeadAttention(E, H, kdim=5, vdim=7)
+    ours = MultiHeadAttention(E, H, kdim=5, vdim=7, batch_first=True)
     assert ref.state_dict().keys() == ours.state_dict().keys()
     for name, p in ref.state_dict().items():
         assert torch.equal(p, ours.state_dict()[name]), name
@@ -328,7 +437,7 @@ def test_drop_in_inside_transformer_encoder_layer():
 
 
 def test_weights_materialised_only_when_asked(monkeypatch):
-    ours = MultiHeadAttention(E, H)
+    ours = MultiHeadAttention(E, H, batch_first=True)
     x = torch.randn(2, 5, E)
     expected, _ = ours(x, need_weights=True)
     calls = []
@@ -384,7 +493,7 @@ def test_fully_masked_rows_give_bias_not_nan(need_weights, where):
 
 def test_fully_masked_row_of_one_head_only():
     """A 3-D attn_mask can block a row for one head; that head contributes zeros."""
-    ours = MultiHeadAttention(E, H, dtype=torch.float64)
+    ours = MultiHeadAttention(E, H, dtype=torch.float64, batch_first=True)
     x = torch.randn(1, 3, E, dtype=torch.float64)
     am = torch.zeros(H, 3, 3, dtype=torch.bool)
     am[1, 0] = True  # head 1, query 0: nothing to attend to
@@ -415,7 +524,7 @@ def test_torch_behaviour_on_fully_masked_rows_is_as_documented():
 def test_matches_numpy_core(mask):
     """Bias off, same weights: torch Linear stores (out, in), the numpy core uses (in, out)."""
     torch.manual_seed(0)
-    ours = MultiHeadAttention(E, H, bias=False, dtype=torch.float64)
+    ours = MultiHeadAttention(E, H, bias=False, dtype=torch.float64, batch_first=True)
     W = ours.in_proj_weight.detach().numpy()  # (3E, E) = [W_q; W_k; W_v] as (out, in)
     W_q, W_k, W_v = W[:E].T, W[E : 2 * E].T, W[2 * E :].T  # each (C, h*d_k)
     W_o = ours.out_proj.weight.detach().numpy().T  # (h*d_v, C)
@@ -457,7 +566,7 @@ def test_matches_numpy_core_float32_unbatched():
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_gradcheck_self_attention_with_masks(need_weights):
     torch.manual_seed(0)
-    ours = MultiHeadAttention(E, H, dtype=torch.float64)
+    ours = MultiHeadAttention(E, H, dtype=torch.float64, batch_first=True)
     _randomise_biases(ours)
     x = torch.randn(2, 4, E, dtype=torch.float64, requires_grad=True)
     kpm = _padding(2, 4, [4, 2])
@@ -471,7 +580,7 @@ def test_gradcheck_self_attention_with_masks(need_weights):
 
 def test_gradcheck_cross_attention_and_parameters():
     torch.manual_seed(0)
-    ours = MultiHeadAttention(E, H, kdim=3, vdim=5, dtype=torch.float64)
+    ours = MultiHeadAttention(E, H, kdim=3, vdim=5, dtype=torch.float64, batch_first=True)
     q = torch.randn(2, 3, E, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
@@ -614,7 +723,7 @@ BAD_FORWARD = [
 
 @pytest.mark.parametrize("what,call,exc,match", BAD_FORWARD, ids=[c[0] for c in BAD_FORWARD])
 def test_bad_forward_inputs(what, call, exc, match):
-    m = MultiHeadAttention(E, H)
+    m = MultiHeadAttention(E, H, batch_first=True)
     with pytest.raises(exc, match=match):
         call(m)
 
@@ -650,7 +759,7 @@ def test_low_precision_smoke(dtype):
     if not _supports(device, dtype):
         pytest.skip(f"{dtype} not supported on {device}")
     torch.manual_seed(0)
-    ours = MultiHeadAttention(E, H)
+    ours = MultiHeadAttention(E, H, batch_first=True)
     x = torch.randn(2, 6, E)
     kpm = _padding(2, 6, [6, 3])
     expected, _ = ours(x, key_padding_mask=kpm)
@@ -699,7 +808,7 @@ def test_import_mha_lib_does_not_import_torch():
 @pytest.mark.parametrize("need_weights", [False, True])
 def test_head_mask_zero_removes_exactly_that_heads_columns(need_weights):
     torch.manual_seed(0)
-    m = MultiHeadAttention(E, H, dtype=torch.float64)
+    m = MultiHeadAttention(E, H, dtype=torch.float64, batch_first=True)
     x = torch.randn(3, 5, E, dtype=torch.float64)
     out, w = m(x, need_weights=need_weights, average_attn_weights=False)
     hm = torch.tensor([1.0, 0.0], dtype=torch.float64)
@@ -719,7 +828,7 @@ def test_head_mask_zero_removes_exactly_that_heads_columns(need_weights):
 
 def test_head_mask_of_ones_changes_nothing_and_per_sequence_masks_apply_per_row():
     torch.manual_seed(0)
-    m = MultiHeadAttention(E, H)
+    m = MultiHeadAttention(E, H, batch_first=True)
     x = torch.randn(2, 4, E)
     torch.testing.assert_close(m(x, head_mask=torch.ones(H))[0], m(x)[0])
     per_row = torch.tensor([[1.0, 1.0], [0.0, 1.0]])  # (B, h): ablate head 0 of sequence 1 only
@@ -730,7 +839,7 @@ def test_head_mask_of_ones_changes_nothing_and_per_sequence_masks_apply_per_row(
 
 def test_head_mask_gradients_flow_to_the_mask():
     torch.manual_seed(0)
-    m = MultiHeadAttention(E, H, dtype=torch.float64)
+    m = MultiHeadAttention(E, H, dtype=torch.float64, batch_first=True)
     x = torch.randn(2, 4, E, dtype=torch.float64)
     hm = torch.ones(H, dtype=torch.float64, requires_grad=True)
     m(x, head_mask=hm)[0].sum().backward()
@@ -747,7 +856,7 @@ def test_head_mask_gradients_flow_to_the_mask():
     ],
 )
 def test_bad_head_mask(head_mask, exc, match):
-    m = MultiHeadAttention(E, H)
+    m = MultiHeadAttention(E, H, batch_first=True)
     with pytest.raises(exc, match=match):
         m(_x(4, 5, E), head_mask=head_mask)
 

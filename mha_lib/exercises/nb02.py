@@ -298,14 +298,69 @@ def _previous_token_message(Q_pos: np.ndarray, K_pos: np.ndarray) -> str:
     )
 
 
+# (N, C, seed of the content; None = the running example): short sequences first, then long
+# ones, where the next token has N - 2 other keys to beat
+_NEXT_TOKEN_CASES = ((11, 6, None), (7, 3, 24), (9, 4, 25), (30, 5, 26), (64, 3, 27))
+_SHORT = 11  # the longest of the short sequences
+
+
+def _lead(X_pos, W_q, W_k) -> float:
+    """By how much the next token's score beats every other score, at worst over the rows
+    i < N - 1 (the scores divided by √d_k, as the softmax sees them)."""
+    S = (X_pos @ W_q) @ (X_pos @ W_k).T / np.sqrt(W_q.shape[1])  # (N, N)
+    rows = np.arange(len(X_pos) - 1)
+    nxt = S[rows, rows + 1]
+    others = S[rows].copy()
+    others[rows, rows + 1] = -np.inf
+    return float((nxt - others.max(axis=1)).min())
+
+
+def _long_sequence_message(fn, N, C, X_pos, W_q, W_k, weight) -> str:
+    """A head that works for N <= 11 and not for N: name why its scale does not grow enough."""
+    lead, need = _lead(X_pos, W_q, W_k), np.log(N - 1)
+    problem = (
+        f"right for N ≤ {_SHORT}, but at N = {N} the next token gets only {weight:.2f} of the "
+        f"weight: its score leads the others by {lead:.2f}, and against N - 1 = {N - 1} "
+        f"competitors the softmax needs a lead above ln(N - 1) = {need:.2f}. The softmax's "
+        "competitors grow with N, so the lead β/√d_k must grow with N too, like ln N. "
+    )
+    N0, C0, _ = _NEXT_TOKEN_CASES[0]
+    short = _head_matrices(run(fn, N0, C0)[0], N0, C0)[0]
+    if short is None:
+        return problem + "Make the lead larger than ln(N - 1) for every N"
+    lead0 = _lead(_positional_inputs(N0, C0, None), *short)
+    scale, scale0 = (float(np.abs(Q).max() * np.abs(K).max()) for Q, K in ((W_q, W_k), short))
+    if np.isclose(scale, scale0, rtol=1e-9, atol=0):
+        return problem + (
+            f"Yours is a fixed scale (the same for N = {N0} and N = {N}), and once divided by "
+            f"√d_k its lead shrinks from {lead0:.2f} at N = {N0}. Let β grow with N, e.g. "
+            "β = 2·√d_k·ln N: a lead of 2 ln N, so e^(2 ln N) = N² against N - 1"
+        )
+    if lead < lead0 - 1e-9:
+        return problem + (
+            f"Your scale grows, but more slowly than √d_k, so the lead shrinks from {lead0:.2f} at "
+            f"N = {N0}. Let β grow like √d_k·ln N, e.g. β = 2·√d_k·ln N"
+        )
+    if lead <= lead0 + 1e-9:
+        return problem + (
+            f"A β proportional to √d_k only cancels the division by √d_k: the lead stays "
+            f"{lead:.2f} for every N. Multiply by ln N too, e.g. β = 2·√d_k·ln N"
+        )
+    return problem + (
+        f"Your lead grows (from {lead0:.2f} at N = {N0}) but more slowly than ln(N - 1); "
+        "e.g. β = 2·√d_k·ln N gives a lead of 2 ln N"
+    )
+
+
 @checker("next_token_head")
 def check_next_token_head(fn):
     """Check fn(N, C) -> (W_q, W_k), each (C + N, d_k), for inputs X_pos = [X | I_N]:
     every token i < N - 1 must put more than half of its weight on token i + 1, on the
-    running example and on random content of another size.
+    running example, on random content of other sizes, and on long sequences (N = 30 and
+    N = 64), where a query scale fixed for N = 11 no longer wins.
     Arrays are read by value: numpy, nested lists or torch tensors alike.
     """
-    for N, C, seed in ((11, 6, None), (7, 3, 24), (9, 4, 25)):
+    for N, C, seed in _NEXT_TOKEN_CASES:
         X_pos = _positional_inputs(N, C, seed)  # (N, C + N)
         result, problem = run(fn, N, C)
         if problem is None:
@@ -330,6 +385,8 @@ def check_next_token_head(fn):
                 )
             return problem
         if on_next.min() <= 0.5:
+            if N > _SHORT:
+                return _long_sequence_message(fn, N, C, X_pos, W_q, W_k, on_next.min())
             return (
                 f"the next token wins but weakly (smallest weight {on_next.min():.2f} ≤ 0.5 for "
                 f"N = {N}): make W_q larger, remember the scores are divided by √d_k"

@@ -221,7 +221,10 @@ class GroupedQueryAttention(nn.Module):
 
     @classmethod
     def from_mha(cls, m: MultiHeadAttention) -> GroupedQueryAttention:
-        """The same layer as m (num_kv_heads = num_heads), with a copy of m's weights."""
+        """The same layer as m (num_kv_heads = num_heads), with a copy of m's weights.
+
+        This layer always takes batches first, (B, n, C), whatever m.batch_first is (it is
+        False by default, as in nn.MultiheadAttention)."""
         if not isinstance(m, MultiHeadAttention) or not m._qkv_same_embed_dim:
             raise TypeError("m must be a mha_lib.pytorch.MultiHeadAttention with kdim = vdim = E")
         new = cls(m.embed_dim, m.num_heads, m.num_heads, bias=m.in_proj_bias is not None)

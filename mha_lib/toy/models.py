@@ -39,7 +39,7 @@ class Committee(nn.Module):
         self.symbol = nn.Embedding(num_symbols, embed_dim)
         self.label = nn.Embedding(num_labels, embed_dim)
         self.position = nn.Embedding(seq_len, embed_dim)
-        self.attention = MultiHeadAttention(embed_dim, num_heads)
+        self.attention = MultiHeadAttention(embed_dim, num_heads, batch_first=True)
         self.readout = nn.Linear(embed_dim, num_tasks * num_symbols)
 
     def embed(self, symbols: Tensor, labels: Tensor) -> Tensor:
@@ -87,7 +87,8 @@ class AttentionOnly(nn.Module):
         self.token = nn.Embedding(vocab_size, embed_dim)
         self.position = nn.Embedding(seq_len, embed_dim)
         self.layers = nn.ModuleList(
-            MultiHeadAttention(embed_dim, num_heads, bias=False) for _ in range(num_layers)
+            MultiHeadAttention(embed_dim, num_heads, bias=False, batch_first=True)
+            for _ in range(num_layers)
         )
         self.unembed = nn.Linear(embed_dim, vocab_size, bias=False)
 

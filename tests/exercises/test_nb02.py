@@ -205,9 +205,16 @@ def test_attention_with_weights_names_the_mistake(fn, words, capsys):
 # --- next_token_head ---------------------------------------------------------
 
 
-def shift_head(N, C, k=1, beta=16.0, d_k=None):
-    """Queries beta * e_(i+k), keys e_j, both in the position rows, d_k = N (or larger)."""
+def growing_beta(N, d_k):
+    """β = 2·√d_k·ln N: the next token's score leads by 2 ln N, e^(2 ln N) = N² against N - 1."""
+    return 2 * np.sqrt(d_k) * np.log(N)
+
+
+def shift_head(N, C, k=1, beta=None, d_k=None):
+    """Queries beta * e_(i+k), keys e_j, both in the position rows, d_k = N (or larger);
+    beta defaults to one that grows with N."""
     d_k = d_k or N
+    beta = growing_beta(N, d_k) if beta is None else beta
     W_q = np.zeros((C + N, d_k))  # (C + N, d_k)
     W_k = np.zeros((C + N, d_k))
     W_q[C:, :N] = beta * np.eye(N, k=k)  # query i = beta * e_{i+k}
@@ -219,7 +226,7 @@ def shift_the_keys(N, C):
     """The other valid design: query i = beta * e_i, key j = e_(j-1), as tensors in a list."""
     W_q = torch.zeros(C + N, N)
     W_k = torch.zeros(C + N, N)
-    W_q[C:] = 16.0 * torch.eye(N)
+    W_q[C:] = float(growing_beta(N, N)) * torch.eye(N)
     W_k[C:] = torch.from_numpy(np.eye(N, k=-1)).float()
     return [W_q, torch.nn.Parameter(W_k)]
 
@@ -228,6 +235,8 @@ NEXT_RIGHT = [
     shift_head,
     shift_the_keys,
     lambda N, C: shift_head(N, C, beta=40.0, d_k=N + 5),  # a wider d_k, a larger beta
+    lambda N, C: shift_head(N, C, beta=float(N)),  # β = N: a lead of √N, faster than ln N
+    lambda N, C: shift_head(N, C, d_k=N + 3),  # a wider d_k, β grown with it
 ]
 
 
@@ -258,6 +267,19 @@ NEXT_WRONG = [
     (lambda N, C: shift_head(N, C, k=0), "attends to itself"),
     (lambda N, C: shift_head(N, C, beta=2.0), "weakly"),
     (lambda N, C: shift_head(N, C, beta=8.0, d_k=4 * N), "weakly"),
+    # right for N <= 11, wrong for long sequences: the scale does not grow enough with N
+    (lambda N, C: shift_head(N, C, beta=16.0), "Yours is a fixed scale"),
+    (lambda N, C: shift_head(N, C, beta=16.0), "at N = 30 the next token gets only 0.39"),
+    (lambda N, C: shift_head(N, C, beta=16.0), "competitors grow with N"),
+    (lambda N, C: shift_head(N, C, beta=10.0), "Yours is a fixed scale"),
+    (lambda N, C: shift_head(N, C, beta=4 * np.sqrt(N)), "only cancels the division by √d_k"),
+    (lambda N, C: shift_head(N, C, beta=4 * np.sqrt(N)), "at N = 64"),
+    (lambda N, C: shift_head(N, C, beta=6 * np.log(N)), "more slowly than √d_k"),
+    (lambda N, C: shift_head(N, C, beta=3 * np.sqrt(N) + np.log(N)), "the lead shrinks"),
+    (
+        lambda N, C: shift_head(N, C, beta=np.sqrt(N) * (1 + np.sqrt(np.log(N)))),
+        "more slowly than ln(N - 1)",
+    ),
     (lambda N, C: tuple(W[C:] for W in shift_head(N, C)), "expected (C + N, d_k)"),
     (lambda N, C: shift_head(11, 6), "use the arguments"),
     (lambda N, C: (shift_head(N, C)[0], shift_head(N, C, d_k=N + 1)[1]), "the same d_k"),

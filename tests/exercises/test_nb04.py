@@ -295,7 +295,7 @@ def forward_written_out(x, in_proj_weight, out_proj_weight, num_heads):
 def forward_through_the_module(x, in_proj_weight, out_proj_weight, num_heads):
     """Load the weights into MultiHeadAttention (float64) and call it: (output, None)."""
     E = x.shape[-1]
-    attn = MultiHeadAttention(E, num_heads, bias=False, dtype=torch.float64)
+    attn = MultiHeadAttention(E, num_heads, bias=False, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
         attn.in_proj_weight.copy_(in_proj_weight)
         attn.out_proj.weight.copy_(out_proj_weight)

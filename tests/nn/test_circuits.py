@@ -53,7 +53,7 @@ def test_a_grouped_heads_circuits_use_its_groups_key_and_value():
 
 def test_a_multi_head_attentions_heads_are_its_packed_blocks():
     torch.manual_seed(0)
-    mha = MultiHeadAttention(8, 2, bias=False).double()
+    mha = MultiHeadAttention(8, 2, bias=False, batch_first=True).double()
     same = GroupedQueryAttention.from_mha(mha)
     for head in range(2):
         for ours, theirs in zip(head_weights(mha, head), head_weights(same, head)):

@@ -60,7 +60,7 @@ def test_gqa_with_a_fully_masked_row_gives_zeros():
 @pytest.mark.parametrize("bias", [False, True])
 def test_gqa_module_with_all_kv_heads_equals_multi_head_attention(bias):
     torch.manual_seed(0)
-    mha = MultiHeadAttention(12, 4, bias=bias).double()
+    mha = MultiHeadAttention(12, 4, bias=bias, batch_first=True).double()
     gqa = GroupedQueryAttention.from_mha(mha)
     assert gqa.num_kv_heads == gqa.num_heads == 4
     x = randn(2, 7, 12, seed=1)

@@ -88,7 +88,7 @@ def test_circuits_are_the_products_of_the_head_blocks():
     torch.manual_seed(0)
     C, h = 12, 3
     d = C // h
-    mha = MultiHeadAttention(C, h, bias=False)
+    mha = MultiHeadAttention(C, h, bias=False, batch_first=True)
     x = torch.randn(5, C)
     q = x @ mha.in_proj_weight[:C].T  # (N, h*d)
     k = x @ mha.in_proj_weight[C : 2 * C].T
