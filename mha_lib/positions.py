@@ -46,7 +46,8 @@ def rope(
 
     x (..., N, d), d even (a head's queries or keys: (B, h, N, d_k)); positions (N,) integer
     absolute positions (any non-negative integers, not necessarily from 0 nor contiguous), or
-    (B, N), one row per sequence of x (B, ..., N, d), as a batch decoded at different offsets.
+    (B, N), one row per sequence of x (B, ..., N, d), as a batch decoded at different offsets, or
+    (1, N), one row for every sequence of the batch (as (N,)).
     Pair i (ω_i = base^(-2i/d), `rope_frequencies`) is turned by the angle
     scale · position · ω_i:
     - interleaved=False: pairs (i, i + d/2), as Hugging Face's Llama
@@ -177,11 +178,13 @@ def _check_rope(x, positions, scale, angle_dtype) -> None:
             "positions are whole numbers; for position interpolation pass scale=)"
         )
     N = x.shape[-2]
-    batched = positions.dim() == 2 and x.dim() >= 3 and positions.shape == (x.shape[0], N)
+    rows = (x.shape[0], 1) if x.dim() >= 3 else ()  # (B, N) or (1, N) need x (B, ..., N, d)
+    batched = positions.dim() == 2 and positions.shape[0] in rows and positions.shape[1] == N
     if positions.shape != (N,) and not batched:
         raise ValueError(
-            f"positions has shape {tuple(positions.shape)}; expected (N,) = ({N},) or (B, N) = "
-            f"({x.shape[0] if x.dim() >= 3 else 'B'}, {N}) from x's shape {tuple(x.shape)}"
+            f"positions has shape {tuple(positions.shape)}; expected (N,) = ({N},), (1, N) or "
+            f"(B, N) = ({x.shape[0] if x.dim() >= 3 else 'B'}, {N}) from x's shape "
+            f"{tuple(x.shape)}"
         )
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions has a negative entry {int(positions.min())}; expected >= 0")

@@ -82,6 +82,19 @@ def test_a_row_of_positions_per_sequence_rotates_each_sequence_by_its_own():
         assert_close(rope(x[:, 0], pos), torch.stack([rope(x[b, 0], pos[b]) for b in range(3)]))
 
 
+def test_one_row_of_positions_serves_every_sequence_of_the_batch():
+    """positions (1, N), as transformers passes position_ids, equals (N,) for x (B, ..., N, d)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 2, 5, 8, generator=g, dtype=torch.float64)  # (B, h, N, d)
+    pos = torch.tensor([4, 5, 6, 9, 30])  # (N,)
+    for interleaved in (False, True):
+        ours = rope(x, pos[None], interleaved=interleaved)  # (1, N) positions
+        assert_close(ours, rope(x, pos, interleaved=interleaved), rtol=0, atol=0)
+        assert_close(rope(x[:, 0], pos[None]), rope(x[:, 0], pos), rtol=0, atol=0)  # (B, N, d)
+    with pytest.raises(ValueError, match=r"\(1, N\)"):
+        rope(x[0, 0], pos[None])  # x (N, d) has no batch to broadcast over
+
+
 def test_float32_angles_compute_as_transformers_does():
     """angle_dtype=float32 on float64 x: the angles carry float32's error (about 1e-2 rad at
     position 10^5), which the default float64 angles do not."""

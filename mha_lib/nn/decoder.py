@@ -161,6 +161,48 @@ class DecoderConfig:
         return "full_attention" if self.layer_types is None else self.layer_types[layer]
 
     @classmethod
+    def of_layer(
+        cls,
+        hidden_size: int,
+        num_heads: int,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        **fields,
+    ) -> DecoderConfig:
+        """The configuration of one layer on its own, for a `DecoderAttention` or a
+        `DecoderBlock` built from its sizes (`DecoderAttention(hidden_size=64, num_heads=4)`).
+
+        num_kv_heads defaults to num_heads (every head its own keys and values), head_dim to
+        hidden_size / num_heads. The numbers a lone layer never reads get neutral values
+        (vocab_size 1, num_layers 1, context_length 0), the others the usual defaults
+        (intermediate_size 4·C, rope_base 10000, rms_norm_eps 1e-6); any field of the config
+        may be given by name (`qk_norm=True`, `rope_base=500000.0`, ...).
+        """
+        for name, value in (("hidden_size", hidden_size), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} = {value!r}; expected a positive int")
+        if head_dim is None:
+            if hidden_size % num_heads:
+                raise ValueError(
+                    f"hidden_size = {hidden_size} is not a multiple of num_heads = {num_heads}; "
+                    "give head_dim"
+                )
+            head_dim = hidden_size // num_heads
+        sizes = dict(
+            vocab_size=1,
+            hidden_size=hidden_size,
+            num_layers=1,
+            num_heads=num_heads,
+            num_kv_heads=num_heads if num_kv_heads is None else num_kv_heads,
+            head_dim=head_dim,
+            intermediate_size=4 * hidden_size,
+            rope_base=10000.0,
+            rms_norm_eps=1e-6,
+            context_length=0,
+        )
+        return cls(**{**sizes, **fields})
+
+    @classmethod
     def from_gguf(cls, f) -> DecoderConfig:
         """Read every number from the file's metadata (`{arch}.block_count`, ...)."""
         arch = f.value("general.architecture")
@@ -207,6 +249,20 @@ def _optional_int(f, key: str, keys: list[str]) -> int | None:
 # ---------------------------------------------------------------------------- the parts
 
 
+def _layer_config(config: DecoderConfig | None, sizes: dict) -> DecoderConfig:
+    """A layer's config: the one given, or `DecoderConfig.of_layer(**sizes)`; not both."""
+    if config is None:
+        return DecoderConfig.of_layer(**sizes)
+    if sizes:
+        raise TypeError(
+            f"got a config and the sizes {sorted(sizes)}; give one: a DecoderConfig, or the "
+            "sizes by name (hidden_size=, num_heads=, ...)"
+        )
+    if not isinstance(config, DecoderConfig):
+        raise TypeError(f"config is a {type(config).__name__}; expected a DecoderConfig")
+    return config
+
+
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x²) + eps) · weight over the last axis (Zhang and Sennrich, 2019)."""
 
@@ -245,6 +301,8 @@ class SwiGLU(nn.Module):
 class DecoderAttention(GroupedQueryAttention):
     """Notebook 08's grouped-query attention with notebook 10's RoPE on the queries and keys.
 
+    Built from a `DecoderConfig`, or on its own from its sizes by the config's names
+    (`DecoderAttention(hidden_size=64, num_heads=4, num_kv_heads=2)`, `DecoderConfig.of_layer`).
     Its forward is `GroupedQueryAttention.forward`, causal: forward(x (B, n, C), positions (n,),
     cache=None, attention=None, head_mask=None) -> (B, n, C). x holds n new tokens at
     `positions`; a cache (`KVCache`, or `SinkKVCache` one token at a time) stores their keys and
@@ -273,8 +331,14 @@ class DecoderAttention(GroupedQueryAttention):
 
     causal = True
 
-    def __init__(self, config: DecoderConfig, rope_interleaved: bool = False,
-                 layer: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: DecoderConfig | None = None,
+        rope_interleaved: bool = False,
+        layer: int = 0,
+        **sizes,
+    ) -> None:
+        config = _layer_config(config, sizes)
         C, h, h_kv = config.hidden_size, config.num_heads, config.num_kv_heads
         super().__init__(C, h, h_kv, bias=config.attention_bias, head_dim=config.head_dim)
         if config.attention_bias:  # Qwen2: biases on q, k and v, none on W_O
@@ -351,6 +415,8 @@ class DecoderAttention(GroupedQueryAttention):
 class DecoderBlock(nn.Module):
     """One pre-norm layer: x + attention(norm1(x)), then + mlp(norm2(x)) (notebook 04's form).
 
+    Built from a `DecoderConfig`, or on its own from its sizes by the config's names
+    (`DecoderBlock(hidden_size=64, num_heads=4, intermediate_size=172)`, `DecoderConfig.of_layer`).
     With `sandwich_norms` (Gemma 2 and 3) each sublayer's output is normalised too before it is
     added: x + post_norm1(attention(norm1(x))), then + post_norm2(mlp(norm2(x))).
     attention: the layer's token mixer (default: a `DecoderAttention` of the config's sizes, of
@@ -361,12 +427,14 @@ class DecoderBlock(nn.Module):
 
     def __init__(
         self,
-        config: DecoderConfig,
+        config: DecoderConfig | None = None,
         rope_interleaved: bool = False,
         attention: nn.Module | None = None,
         layer: int = 0,
+        **sizes,
     ) -> None:
         super().__init__()
+        config = _layer_config(config, sizes)
         C, eps = config.hidden_size, config.rms_norm_eps
         self.norm1 = RMSNorm(C, eps)
         self.self_attn = (

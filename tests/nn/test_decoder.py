@@ -14,7 +14,14 @@ import torch.nn.functional as F
 
 from mha_lib.llm.loader import hf_names
 from mha_lib.nn.backends import RecordWeights
-from mha_lib.nn.decoder import DecoderBlock, DecoderConfig, DecoderLM, RMSNorm, SwiGLU
+from mha_lib.nn.decoder import (
+    DecoderAttention,
+    DecoderBlock,
+    DecoderConfig,
+    DecoderLM,
+    RMSNorm,
+    SwiGLU,
+)
 from mha_lib.nn.generation import generate
 from mha_lib.nn.kv_cache import KVCache, SinkKVCache
 from mha_lib.nn.masks import bottom_right_window_tensor
@@ -195,6 +202,45 @@ def test_a_block_takes_another_attention_module(odd):
     assert block.self_attn is layer.self_attn
     with torch.no_grad():
         assert_close(block(x, torch.arange(5)), layer(x, torch.arange(5)), rtol=0, atol=0)
+
+
+def test_a_layer_stands_alone_on_its_sizes(odd):
+    """DecoderAttention and DecoderBlock from the config's names for their sizes only (no
+    vocabulary, no layer count), equal to the model's layer with the same weights and base, and
+    the (1, N) positions transformers passes equal to (N,)."""
+    _, ours = odd
+    layer, rope_base = ours.layers[1], ours.config.rope_base
+    sizes = dict(hidden_size=48, num_heads=6, num_kv_heads=2, rms_norm_eps=1e-5)
+    attn = DecoderAttention(**sizes, rope_base=rope_base).double()
+    block = DecoderBlock(**sizes, rope_base=rope_base, intermediate_size=72).double()
+    attn.load_state_dict(layer.self_attn.state_dict())
+    block.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 7, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(15))
+    pos = torch.arange(3, 10)
+    with torch.no_grad():
+        assert_close(attn(x, pos), layer.self_attn(x, pos), rtol=0, atol=0)
+        assert_close(attn(x, pos[None]), layer.self_attn(x, pos), rtol=0, atol=0)
+        assert_close(block(x, pos), layer(x, pos), rtol=0, atol=0)
+    alone = DecoderAttention(hidden_size=64, num_heads=4)  # every default
+    assert (alone.num_heads, alone.num_kv_heads, alone.head_dim) == (4, 4, 16)
+    assert DecoderBlock(hidden_size=64, num_heads=4).mlp.up_proj.out_features == 256  # F = 4·C
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda c: DecoderAttention(c, hidden_size=48), "got a config and the sizes"),
+        (lambda c: DecoderBlock(c, num_heads=6), "got a config and the sizes"),
+        (lambda c: DecoderAttention(hidden_size=50, num_heads=6), "give head_dim"),
+        (lambda c: DecoderAttention(hidden_size=48, num_heads=0), "num_heads = 0"),
+        (lambda c: DecoderBlock(hidden_size=48.0, num_heads=6), "hidden_size = 48.0"),
+        (lambda c: DecoderAttention(hidden_size=48, num_heads=6, bogus=1), "bogus"),
+        (lambda c: DecoderAttention({"hidden_size": 48}), "expected a DecoderConfig"),
+    ],
+)
+def test_a_lone_layers_bad_sizes_are_named(odd, make, words):
+    with pytest.raises((TypeError, ValueError), match=words):
+        make(odd[1].config)
 
 
 def test_need_weights_gives_each_layers_weights(odd):
