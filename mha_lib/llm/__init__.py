@@ -24,8 +24,8 @@ A module per idea:
   `read_weight` (a tensor, or one shard of it), `load_decoder`, `load_smollm2() -> (model,
   tokenizer)`;
 - `tokenizer`: `GGUFTokenizer` (`encode`, `decode`, `render_chat`, `encode_chat`);
-- `triton_attention`: notebook 09's Triton kernel as an attention function, registered here
-  under the name "triton";
+- `triton_attention`: notebook 09's Triton kernel as an attention function, which the
+  decoder finds under the name "triton" (`mha_lib.nn.backends.PARTS_ATTENTIONS`);
 - `kquants`: one Q4_K and one Q6_K super-block dequantized by hand (notebook 15), the
   formats' bytes per weight, what the 6-bit sub-block scales buy;
 - `sentencepiece`: `SentencePieceTokenizer`, Gemma's tokenizer rebuilt from the file's scores
@@ -65,7 +65,7 @@ Usage:
     print(tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
 """
 
-from ..nn.backends import ATTENTIONS, attention_weights, register_attention
+from ..nn.backends import ATTENTIONS, attention_weights
 from ..nn.decoder import DecoderConfig, DecoderLM, RMSNorm, SwiGLU
 from ..nn.generation import Trace, generate, pick_next, top_k_filter, top_p_filter
 from ..nn.kv_cache import DecoderCache
@@ -76,9 +76,6 @@ from .model_files import find_model_file
 from .sinks import first_token_attention
 from .streaming import streaming_perplexity
 from .tokenizer import GGUFTokenizer
-from .triton_attention import triton_flash_attention
-
-register_attention("triton", triton_flash_attention)  # model(ids, attention="triton")
 
 __all__ = [
     "ATTENTIONS",

@@ -35,7 +35,9 @@ h query heads, h_kv key/value heads, g = h / h_kv query heads per group.
 
 from .backends import (
     ATTENTIONS,
+    PARTS_ATTENTIONS,
     RecordWeights,
+    attention_names,
     attention_weights,
     eager_attention,
     register_attention,
@@ -90,6 +92,7 @@ from .masks import (
 
 __all__ = [
     "ATTENTIONS",
+    "PARTS_ATTENTIONS",
     "ROPE_POSITIONS",
     "DecoderAttention",
     "DecoderBlock",
@@ -107,6 +110,7 @@ __all__ = [
     "alibi_bias",
     "alibi_score_mod",
     "alibi_slopes",
+    "attention_names",
     "attention_weights",
     "bottom_right_causal_mask",
     "bottom_right_causal_mask_mod",

@@ -29,9 +29,12 @@ Any function of this form can be plugged in, by name:
   `grouped_query_attention`;
 - "flash", `tiled_flash_attention`: notebook 08's tiled FlashAttention loop in plain torch
   (`mha_lib.nn.flash.flash_attention`, with the bottom-right causal `mask_mod`);
-- "triton": notebook 09's Triton kernel, a part's (`mha_lib.efficient.triton_flash`), which this
-  layer does not import: `mha_lib.llm` registers it (`register_attention`).
-`ATTENTIONS` holds them, for `DecoderLM(attention=...)`. "sdpa" computes a window with a mask
+- "triton": notebook 09's Triton kernel, a part's (`mha_lib.efficient.triton_flash`, wrapped by
+  `mha_lib.llm.triton_attention`), which this layer never imports: `PARTS_ATTENTIONS` names it
+  by the module that holds it, imported when the name is first asked for, in any process.
+`ATTENTIONS` holds this layer's functions and any a learner adds (`register_attention`);
+`resolve_attention` looks a name up there, then in `PARTS_ATTENTIONS`, for
+`DecoderLM(attention=...)`. "sdpa" computes a window with a mask
 and hands a score_mod or sink logits to the written-out form; the tiled loop takes a window (a
 `mask_mod`) and neither of the others. `attention_weights(q, k, **options)` gives the
 (B, h, n, m) weights the written-out form computes, and `RecordWeights` is an attention function
@@ -41,6 +44,7 @@ them) without a list passed through every layer.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 from torch import Tensor
@@ -56,7 +60,9 @@ from .masks import (
 
 __all__ = [
     "ATTENTIONS",
+    "PARTS_ATTENTIONS",
     "RecordWeights",
+    "attention_names",
     "attention_weights",
     "eager_attention",
     "register_attention",
@@ -126,18 +132,33 @@ ATTENTIONS: dict[str, AttentionFn] = {
     "sdpa": sdpa_attention,
     "eager": eager_attention,
     "flash": tiled_flash_attention,
-}  # and "triton", notebook 09's kernel, which mha_lib.llm registers (it imports triton)
+}
+
+# the parts' attention functions, by name -> (module, function): imported on first use, so that a
+# name works in a fresh process and this layer imports no part (the triton module imports triton)
+PARTS_ATTENTIONS: dict[str, tuple[str, str]] = {
+    "triton": ("mha_lib.llm.triton_attention", "triton_flash_attention"),
+}
+
+
+def attention_names() -> list[str]:
+    """Every name `resolve_attention` knows: this layer's, the learner's and the parts'."""
+    return sorted(set(ATTENTIONS) | set(PARTS_ATTENTIONS))
 
 
 def resolve_attention(attention: str | AttentionFn) -> AttentionFn:
-    """A name of `ATTENTIONS` or a function attention(q, k, v, **options) -> o, as a function."""
+    """A name of `attention_names()` or a function attention(q, k, v, **options) -> o, as a
+    function."""
     if isinstance(attention, str):
-        if attention not in ATTENTIONS:
-            raise ValueError(f"attention = {attention!r}; expected one of {sorted(ATTENTIONS)}")
-        return ATTENTIONS[attention]
+        if attention in ATTENTIONS:
+            return ATTENTIONS[attention]
+        if attention in PARTS_ATTENTIONS:
+            module, name = PARTS_ATTENTIONS[attention]
+            return getattr(importlib.import_module(module), name)
+        raise ValueError(f"attention = {attention!r}; expected one of {attention_names()}")
     if not callable(attention):
         raise TypeError(
-            f"attention must be a name of {sorted(ATTENTIONS)} or a function "
+            f"attention must be a name of {attention_names()} or a function "
             f"attention(q, k, v) -> o; got {type(attention).__name__}"
         )
     return attention

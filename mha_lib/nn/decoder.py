@@ -467,11 +467,11 @@ class DecoderLM(nn.Module):
     last_only=False) -> logits (B, n, V), or (logits, weights) with need_weights, weights a list
     of L tensors (B, h, n, m), recorded by the attention function (`backends.RecordWeights`).
     Without a cache, the n tokens are positions 0 .. n - 1; with one, they follow the tokens it
-    has seen. attention: a name of `backends.ATTENTIONS` or a function attention(q, k, v) -> o;
-    by default the model's (`self.attention`, set at construction). head_mask (L, h): each
-    head's output is scaled by its entry (0 ablates it). last_only: the logits of the last token
-    only (B, 1, V). `new_cache` and `new_sink_cache` make a `DecoderCache` whose entries each
-    layer's attention makes for itself.
+    has seen. attention: a name of `backends.attention_names()` or a function
+    attention(q, k, v) -> o; by default the model's (`self.attention`, set at construction).
+    head_mask (L, h): each head's output is scaled by its entry (0 ablates it). last_only: the
+    logits of the last token only (B, 1, V). `new_cache` and `new_sink_cache` make a
+    `DecoderCache` whose entries each layer's attention makes for itself.
     """
 
     def __init__(

@@ -8,12 +8,14 @@ the tests allow 1e-3, as tests/llm/test_loader.py does against transformers.
 """
 
 import importlib.util
+import subprocess
+import sys
 
 import pytest
 import torch
 
 from mha_lib.llm.triton_attention import triton_flash_attention
-from mha_lib.nn.backends import ATTENTIONS
+from mha_lib.nn.backends import ATTENTIONS, attention_names, resolve_attention
 from mha_lib.testing import assert_close
 from tests.nn.nn_inputs import ATTENTION_SHAPES, bottom_right_reference, grouped_qkv
 
@@ -27,8 +29,18 @@ def qkv(n, m, seed=0):
     return grouped_qkv(n, m, dtype=torch.float32, seed=seed)  # float32, as the kernel runs
 
 
-def test_the_llm_package_registers_the_kernel_by_name():
-    assert ATTENTIONS["triton"] is triton_flash_attention
+def test_the_decoder_finds_the_kernel_by_name_in_a_fresh_process():
+    """No import-time registration: "triton" resolves in a process that never imported
+    mha_lib.llm (the lookup imports the part's module, which imports triton only when called)."""
+    code = (
+        "import sys; from mha_lib.nn.backends import resolve_attention;"
+        "assert 'mha_lib.llm' not in sys.modules;"
+        "f = resolve_attention('triton'); print(f.__module__, f.__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["mha_lib.llm.triton_attention", "triton_flash_attention"]
+    assert resolve_attention("triton") is triton_flash_attention
+    assert "triton" not in ATTENTIONS and "triton" in attention_names()
 
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed (Linux x86_64 only)")

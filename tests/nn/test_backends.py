@@ -12,6 +12,7 @@ import torch
 from mha_lib.nn.backends import (
     ATTENTIONS,
     RecordWeights,
+    attention_names,
     attention_weights,
     eager_attention,
     register_attention,
@@ -67,9 +68,9 @@ def test_a_registered_function_is_found_by_name():
 
 
 def test_names_and_bad_names():
-    assert {"sdpa", "eager", "flash"} <= set(
-        ATTENTIONS
-    )  # and "triton", once mha_lib.llm is imported
+    assert {"sdpa", "eager", "flash", "triton"} <= set(attention_names())
+    with pytest.raises(ValueError, match=r"expected one of \['eager', 'flash', 'sdpa', 'triton'"):
+        resolve_attention("tirton")
     assert resolve_attention("eager") is eager_attention
     assert resolve_attention(sdpa_attention) is sdpa_attention
     with pytest.raises(TypeError, match="attention must be a name of"):
