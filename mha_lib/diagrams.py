@@ -422,8 +422,8 @@ def roadmap(figsize=(14.0, 3.5)) -> Figure:
     ax.text(
         8.6,
         2.3,
-        "The core path: each notebook adds one piece to the layer, and 04 is the module "
-        "the later notebooks run",
+        "The core path: each notebook adds one piece to the layer, and 04 makes it a PyTorch "
+        "module",
         ha="center",
         va="top",
         fontsize=13,
