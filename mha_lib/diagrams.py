@@ -352,7 +352,7 @@ _ROADMAP = [
     ("02", "Attention\nwith weights", "learned W_Q, W_K, W_V\nand why 1/√d_k"),
     ("03", "Multi-head\nattention", "h heads at once,\nthen W_O: the layer"),
     ("03b", "What heads\nbuy", "tasks two heads solve\nand one head cannot"),
-    ("04", "Multi-head attention\nin PyTorch", "a drop-in for\nnn.MultiheadAttention"),
+    ("04", "The layer\nin PyTorch", "a drop-in for\nnn.MultiheadAttention"),
 ]
 
 
