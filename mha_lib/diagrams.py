@@ -7,7 +7,17 @@ Shown in notebook 03:
   (B, h, N, d), which features go to which head, and what a reshape without
   the transpose does instead (it mixes tokens).
 
-Both return a matplotlib Figure and need no network and no files, so they
+Shown in notebook 00:
+- `roadmap()`: the core path 01 -> 02 -> 03 -> 03b -> 04, what each adds.
+
+Shown in notebook 01:
+- `recurrence_vs_attention(n)`: a recurrent network's chain of states against
+  self-attention's all-to-all reads, drawn from `dependency_graph(layer, n)`,
+  whose `sequential_steps` and `hops` the notebook counts;
+- `diagonal_counterexample(X, i, j)`: the tokens of a small X (C = 1 or 2) as
+  arrows, and why α_ij can exceed both α_ii and α_jj.
+
+All return a matplotlib Figure and need no network and no files, so they
 render the same in JupyterLab, on GitHub and on Binder. Imported explicitly
 (`from mha_lib.diagrams import ...`) so that `import mha_lib` stays free of
 matplotlib.
@@ -333,4 +343,310 @@ def head_split(N: int = 3, h: int = 2, d: int = 2, figsize=(13.5, 6.6)) -> Figur
     x_from = x1 + h * d * s + 0.3
     _arrow(ax, (x_from, y_in - N * s / 2 + 0.3), (xp - 0.3, y_top + N * s / 2), rad=-0.15)
     _arrow(ax, (x_from, y_in - N * s / 2 - 0.3), (xp - 0.3, y_bot + N * s / 2), rad=0.15)
+    return fig
+
+
+# notebook 00: the core path, one box per notebook
+_ROADMAP = [
+    ("01", "Self-attention\nwithout weights", "softmax(XXᵀ/√C) X:\nthe plainest attention"),
+    ("02", "Attention\nwith weights", "learned W_Q, W_K, W_V\nand why 1/√d_k"),
+    ("03", "Multi-head\nattention", "h heads at once,\nthen W_O: the layer"),
+    ("03b", "What heads\nbuy", "tasks two heads solve\nand one head cannot"),
+    ("04", "The layer\nin PyTorch", "a drop-in for\nnn.MultiheadAttention"),
+]
+
+
+def roadmap(figsize=(14.0, 3.5)) -> Figure:
+    """The core path 01 -> 02 -> 03 -> 03b -> 04, what each notebook adds, and what follows.
+
+    numpy notebooks in blue, the torch one in orange; 05-16 in a dashed box at
+    the end. Returns the Figure.
+    """
+    fig, ax = plt.subplots(figsize=figsize)
+    ax.set(xlim=(-0.2, 17.4), ylim=(-1.15, 2.35))
+    ax.axis("off")
+    w, h, step = 2.5, 1.25, 2.95
+    for k, (number, title, adds) in enumerate(_ROADMAP):
+        x = 1.3 + k * step
+        colour = HEAD_COLOURS[1] if number == "04" else HEAD_COLOURS[0]
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - w / 2, 0.35),
+                w,
+                h,
+                boxstyle="round,pad=0.02,rounding_size=0.1",
+                facecolor=_tint(colour, 0.82),
+                edgecolor=colour,
+                linewidth=1.4,
+            )
+        )
+        ax.text(x, 0.35 + h - 0.2, number, ha="center", va="center", fontsize=13, weight="bold")
+        ax.text(x, 0.35 + 0.45, title, ha="center", va="center", fontsize=10.5)
+        ax.text(x, 0.05, adds, ha="center", va="top", fontsize=9.5, color="0.3")
+        ax.text(
+            x,
+            -0.95,
+            "torch" if number == "04" else "numpy",
+            ha="center",
+            va="center",
+            fontsize=9,
+            color=colour,
+        )
+        if k:
+            _arrow(ax, (x - step + w / 2, 0.35 + h / 2), (x - w / 2, 0.35 + h / 2))
+    x = 1.3 + len(_ROADMAP) * step - 0.15
+    ax.add_patch(
+        FancyBboxPatch(
+            (x - 1.05, 0.35),
+            2.1,
+            h,
+            boxstyle="round,pad=0.02,rounding_size=0.1",
+            facecolor="white",
+            edgecolor=GREY,
+            linewidth=1.2,
+            linestyle="--",
+        )
+    )
+    _arrow(ax, (x - step + 0.15 + w / 2, 0.35 + h / 2), (x - 1.05, 0.35 + h / 2), colour=GREY)
+    ax.text(x, 0.35 + h - 0.2, "05–16", ha="center", va="center", fontsize=13, color="0.35")
+    ax.text(x, 0.35 + 0.45, "real models", ha="center", va="center", fontsize=10.5, color="0.35")
+    ax.text(
+        x,
+        0.05,
+        "these parts at work\n(the README's table)",
+        ha="center",
+        va="top",
+        fontsize=9.5,
+        color="0.4",
+    )
+    ax.text(
+        8.6,
+        2.3,
+        "The core path: each notebook adds one piece to the layer, and 04 makes it a PyTorch "
+        "module",
+        ha="center",
+        va="top",
+        fontsize=13,
+    )
+    return fig
+
+
+# notebook 01 §4: who reads whom in a recurrent network and in self-attention
+def dependency_graph(layer: str, n: int) -> tuple[list[list[int]], np.ndarray]:
+    """(depends_on, reads) of a left-to-right recurrent network or of self-attention.
+
+    depends_on[t]: the outputs that output t must wait for. reads (n, n) bool:
+    reads[i, j] is True when position j reads position i directly. "rnn": h_t
+    reads h_{t-1} and waits for it. "attention": every output reads every input
+    and waits for no other output.
+    """
+    if layer == "rnn":
+        return [[t - 1] if t else [] for t in range(n)], np.eye(n, k=1, dtype=bool)
+    if layer == "attention":
+        return [[] for _ in range(n)], ~np.eye(n, dtype=bool)
+    raise ValueError(f"layer must be 'rnn' or 'attention'; got {layer!r}")
+
+
+def sequential_steps(depends_on: list[list[int]]) -> int:
+    """Rounds of work when output t can start only after the outputs in depends_on[t]."""
+    round_of: list[int] = []
+    for deps in depends_on:  # dependencies point backwards: one pass suffices
+        round_of.append(1 + max((round_of[s] for s in deps), default=0))
+    return max(round_of)
+
+
+def hops(reads: np.ndarray) -> np.ndarray:
+    """(n, n): hops[i, j] = fewest edges for information at position i to reach position j.
+
+    Breadth first: the positions reached in k + 1 hops read one reached in k
+    hops. np.inf where j is never reached.
+    """
+    n = len(reads)
+    H = np.full((n, n), np.inf)  # (n, n)
+    reach = np.eye(n, dtype=bool)  # (n, n): reached in 0 hops
+    H[reach] = 0
+    for k in range(1, n):
+        new = reach | ((reach.astype(int) @ reads.astype(int)) > 0)  # one more hop
+        H[new & ~reach] = k
+        reach = new
+    return H
+
+
+def recurrence_vs_attention(n: int = 6, figsize=(13.5, 4.6)) -> Figure:
+    """Left: a recurrent network's chain h_1 -> ... -> h_n; right: self-attention's
+    all-to-all reads. Both drawn from `dependency_graph`; the way from token 1 to
+    the last position in red, with its number of hops from `hops`. Returns the Figure.
+    """
+    if not 2 <= n <= 9:
+        raise ValueError(f"recurrence_vs_attention draws 2 to 9 tokens; got n = {n}")
+    red = "#c0392b"
+    fig, axes = plt.subplots(1, 2, figsize=figsize)
+    for ax, layer in zip(axes, ("rnn", "attention")):
+        depends_on, reads = dependency_graph(layer, n)
+        H = hops(reads)
+        ax.set(xlim=(0.3, n + 0.7), ylim=(-0.75, 2.75))
+        ax.axis("off")
+        for t in range(n):
+            x = t + 1
+            ax.text(
+                x,
+                0,
+                f"$x_{{{t + 1}}}$",
+                ha="center",
+                va="center",
+                fontsize=12,
+                bbox={"boxstyle": "round", "facecolor": "0.93", "edgecolor": GREY},
+            )
+            top = f"$h_{{{t + 1}}}$" if layer == "rnn" else f"$y_{{{t + 1}}}$"
+            ax.text(
+                x,
+                1.6,
+                top,
+                ha="center",
+                va="center",
+                fontsize=12,
+                bbox={
+                    "boxstyle": "round",
+                    "facecolor": _tint(HEAD_COLOURS[0], 0.8),
+                    "edgecolor": HEAD_COLOURS[0],
+                },
+            )
+        on_path = set()  # the edges of the way from position 0 to position n - 1
+        if layer == "rnn":
+            on_path = {(t, t + 1) for t in range(n - 1)} | {("x", 0)}
+        else:
+            on_path = {("x0", n - 1)}
+        for t in range(n):  # every output reads its own token
+            colour = red if ("x", t) in on_path else "0.55"
+            _arrow(ax, (t + 1, 0.28), (t + 1, 1.32), colour=colour)
+        for i, j in zip(*np.nonzero(reads)):
+            if layer == "rnn":  # state i -> state j, along the top row
+                colour = red if (i, j) in on_path else "0.55"
+                _arrow(ax, (i + 1.3, 1.6), (j + 0.7, 1.6), colour=colour)
+            else:  # input i -> output j
+                colour = red if ("x" + str(i), j) in on_path else "0.8"
+                _arrow(ax, (i + 1, 0.28), (j + 1, 1.32), colour=colour)
+        if layer == "rnn":
+            title = (
+                f"Recurrence: {sequential_steps(depends_on)} steps one after another;\n"
+                f"what $x_1$ put into $h_1$ reaches $h_{{{n}}}$ after {H[0, n - 1]:.0f} "
+                "updates (red)"
+            )
+        else:
+            title = (
+                f"Self-attention: {sequential_steps(depends_on)} step, all outputs at once;\n"
+                f"$x_1$ reaches $y_{{{n}}}$ in {H[0, n - 1]:.0f} hop (red), like every pair"
+            )
+        ax.text((n + 1) / 2, 2.7, title, ha="center", va="top", fontsize=12)
+        ax.text((n + 1) / 2, -0.6, "tokens", ha="center", va="center", fontsize=10, color="0.35")
+    return fig
+
+
+def _softmax_rows(S: np.ndarray) -> np.ndarray:
+    e = np.exp(S - S.max(axis=1, keepdims=True))  # (n, n)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def diagonal_counterexample(X, i: int = 0, j: int = 1, figsize=(13.5, 5.0)) -> Figure:
+    """Why α_ij > max(α_ii, α_jj) can happen: the tokens of X (n, C), C = 1 or 2, as arrows.
+
+    Left: each token x_k as an arrow (for C = 1 the tokens lie on one line, so
+    each gets its own lane). Row i's score S_ik = |x_i| times the shadow of x_k
+    on x_i's line: x_j's shadow passes x_i's tip, so S_ij > S_ii. In row j, the
+    token m with the largest score S_jm > S_jj takes most of row j's weight.
+    Right: the weights of rows i and j, softmax(XXᵀ/√C), α_ij in red. Returns the Figure.
+    """
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2 or X.shape[1] not in (1, 2) or len(X) > 8:
+        raise ValueError(f"diagonal_counterexample draws X (n ≤ 8, C = 1 or 2); got {X.shape}")
+    n, C = X.shape
+    S = X @ X.T  # (n, n)
+    A = _softmax_rows(S / np.sqrt(C))  # (n, n)
+    m = int(np.argmax(A[j]))  # the token that takes row j's weight
+    col_i, col_j, red = HEAD_COLOURS[0], HEAD_COLOURS[1], "#c0392b"
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=figsize, width_ratios=(1.25, 1))
+    if C == 1:  # one line: token k on lane -k, the shadow on x_i's line is x_k itself
+        starts = np.stack([np.zeros(n), -np.arange(n, dtype=float)], axis=1)  # (n, 2)
+        ends = starts + np.stack([X[:, 0], np.zeros(n)], axis=1)  # (n, 2)
+        for row, colour in ((i, col_i), (j, col_j)):
+            tip = X[row, 0]
+            ax.axvline(tip, color=colour, ls="--", lw=1.2)
+            ax.text(tip, 0.55, f"tip of $x_{row}$", color=colour, ha="center", fontsize=10)
+        ax.set(ylim=(-n + 0.4, 1.0), yticks=[])
+        ax.set_xlabel("the one feature (C = 1): every token lies on this line, drawn on its lane")
+    else:  # the plane: arrows from the origin, row i's shadows on x_i's line
+        starts = np.zeros((n, 2))
+        ends = X
+        for row, other, colour in ((i, j, col_i), (j, m, col_j)):
+            u = X[row] / np.linalg.norm(X[row])  # (2,): x_row's direction
+            reach = max(np.linalg.norm(X[row]), X[other] @ u) * 1.15
+            ax.plot([0, reach * u[0]], [0, reach * u[1]], color=colour, ls="--", lw=1.0)
+            foot = (X[other] @ u) * u  # (2,): the shadow of x_other on x_row's line
+            ax.plot([X[other, 0], foot[0]], [X[other, 1], foot[1]], color=colour, ls=":", lw=1.2)
+            ax.plot(*foot, "o", color=colour, ms=5)
+        ax.set_aspect("equal")
+        ax.set(xlabel="feature 1", ylabel="feature 2")
+    for k in range(n):
+        colour = col_i if k == i else col_j if k == j else "0.3"
+        ax.add_patch(
+            FancyArrowPatch(
+                starts[k], ends[k], arrowstyle="-|>", mutation_scale=16, color=colour, linewidth=2
+            )
+        )
+        ax.text(*(ends[k] + [0.08, 0.12]), f"$x_{k}$", color=colour, fontsize=12)
+    lo, hi = min(starts[:, 0].min(), ends[:, 0].min()), max(starts[:, 0].max(), ends[:, 0].max())
+    ax.set_xlim(lo - 0.4, hi + 0.6)
+    if C == 2:
+        ax.set_ylim(min(0, X[:, 1].min()) - 0.4, X[:, 1].max() + 0.6)
+    ax.set_title(
+        f"Row {i}: $x_{j}$ reaches past $x_{i}$'s tip, so $S_{{{i}{j}}}$ = {S[i, j]:g} > "
+        f"$S_{{{i}{i}}}$ = {S[i, i]:g}\nRow {j}: $x_{m}$ reaches past $x_{j}$'s tip, "
+        f"$S_{{{j}{m}}}$ = {S[j, m]:g} > $S_{{{j}{j}}}$ = {S[j, j]:g}",
+        fontsize=11.5,
+    )
+    width = 0.38
+    for r, (row, colour) in enumerate(((i, col_i), (j, col_j))):
+        xs = np.arange(n) + (r - 0.5) * width
+        bars = bx.bar(
+            xs,
+            A[row],
+            width,
+            color=_tint(colour, 0.35),
+            edgecolor=colour,
+            label=f"row {row}: $\\alpha_{{{row}k}}$",
+        )
+        for k in range(n):
+            if (row, k) in ((i, i), (j, j), (i, j)):
+                face = red if (row, k) == (i, j) else colour
+                bars[k].set_facecolor(face)
+                bx.text(
+                    xs[k],
+                    A[row, k] + 0.015,
+                    f"{A[row, k]:.3f}",
+                    ha="center",
+                    fontsize=9.5,
+                    color=face,
+                )
+    bx.axhline(
+        max(A[i, i], A[j, j]),
+        color="0.4",
+        ls="--",
+        lw=1,
+        label=f"max($\\alpha_{{{i}{i}}}$, $\\alpha_{{{j}{j}}}$)",
+    )
+    bx.set(
+        xticks=range(n), xticklabels=[f"key {k}" for k in range(n)], ylabel="weight", ylim=(0, 1.08)
+    )
+    bx.legend(loc="upper left")
+    bx.set_title(
+        f"$\\alpha_{{{i}{j}}}$ = {A[i, j]:.3f} (red) is above both diagonals: "
+        f"$\\alpha_{{{i}{i}}}$ = {A[i, i]:.3f}, $\\alpha_{{{j}{j}}}$ = {A[j, j]:.3f}",
+        fontsize=11.5,
+    )
+    fig.suptitle(
+        "A token can get more weight from another token than from itself: the other one is longer "
+        "and points the same way",
+        fontsize=13,
+    )
+    fig.tight_layout()
     return fig

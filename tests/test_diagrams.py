@@ -71,3 +71,58 @@ def test_head_split_other_sizes_and_limits():
     assert "head 2" in texts(fig)
     with pytest.raises(ValueError, match="head_split draws at most"):
         head_split(N=3, h=7, d=1)
+
+
+def test_roadmap_names_the_core_path_in_order():
+    from mha_lib.diagrams import roadmap
+
+    labels = texts(roadmap())
+    numbers = [t for t in labels if t in {"01", "02", "03", "03b", "04"}]
+    assert numbers == ["01", "02", "03", "03b", "04"]
+    assert "05–16" in labels and labels.count("torch") == 1
+    assert overlapping_texts(roadmap()) == []
+
+
+def test_dependency_graphs_count_steps_and_hops():
+    import numpy as np
+
+    from mha_lib.diagrams import dependency_graph, hops, sequential_steps
+
+    for n in (2, 5, 23):
+        depends_on, reads = dependency_graph("rnn", n)
+        H = hops(reads)
+        assert sequential_steps(depends_on) == n and H[0, n - 1] == n - 1
+        assert np.isinf(H[n - 1, 0])  # a left-to-right RNN never carries anything back
+        depends_on, reads = dependency_graph("attention", n)
+        H = hops(reads)
+        assert sequential_steps(depends_on) == 1 and H.max() == 1
+    with pytest.raises(ValueError, match="'rnn' or 'attention'"):
+        dependency_graph("cnn", 3)
+
+
+def test_recurrence_vs_attention_titles_count_from_the_graphs():
+    from mha_lib.diagrams import recurrence_vs_attention
+
+    labels = texts(recurrence_vs_attention(6))
+    assert any("6 steps" in t and "after 5 updates" in t for t in labels)
+    assert any("1 step" in t and "in 1 hop" in t for t in labels)
+    with pytest.raises(ValueError, match="2 to 9 tokens"):
+        recurrence_vs_attention(12)
+
+
+@pytest.mark.parametrize(
+    "X", [[[1.0], [2.0], [3.0]], [[1.0, 0.0], [2.0, 2.0], [0.0, 5.0]]], ids=["C=1", "C=2"]
+)
+def test_diagonal_counterexample_shows_the_weights_it_claims(X):
+    import numpy as np
+
+    from mha_lib import self_attention
+    from mha_lib.diagrams import diagonal_counterexample
+
+    A = self_attention(np.array(X))[1]
+    fig = diagonal_counterexample(X)
+    title = fig.axes[1].get_title()
+    assert f"= {A[0, 1]:.3f} (red) is above both" in title
+    assert f"{A[0, 0]:.3f}" in title and f"{A[1, 1]:.3f}" in title
+    with pytest.raises(ValueError, match="C = 1 or 2"):
+        diagonal_counterexample(np.ones((3, 3)))
