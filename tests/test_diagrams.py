@@ -71,3 +71,22 @@ def test_head_split_other_sizes_and_limits():
     assert "head 2" in texts(fig)
     with pytest.raises(ValueError, match="head_split draws at most"):
         head_split(N=3, h=7, d=1)
+
+
+def test_single_head_dataflow_labels_every_step_and_shape():
+    from mha_lib.diagrams import single_head_dataflow
+
+    fig = single_head_dataflow()
+    assert isinstance(fig, Figure)
+    labels = texts(fig)
+    for shape in ["(N, C)", "(N, d_k)", "(N, d_v)", "(N, N)", "(N, N), rows sum to 1"]:
+        assert shape in labels, shape
+    for weight in ["$W_Q$: (C, d_k)", "$W_K$: (C, d_k)", "$W_V$: (C, d_v)"]:
+        assert weight in labels, weight
+    for word in ["queries", "keys", "values", "scores", "weights", "output"]:
+        assert word in labels, word
+    assert any("softmax" in t for t in labels)
+    assert not any("M" in t for t in labels if t.startswith("(")), (
+        "one head of self-attention: M = N"
+    )
+    assert overlapping_texts(fig) == []
