@@ -1,5 +1,9 @@
 """Schematic figures of multi-head attention, drawn with matplotlib only.
 
+Shown in notebook 02:
+- `single_head_dataflow()`: X -> X W_Q, X W_K, X W_V -> scores -> softmax ->
+  weights -> weights times V, one head, with the shape of every array.
+
 Shown in notebook 03:
 - `multi_head_dataflow()`: X -> per-head projections -> scores -> softmax ->
   weighted values -> concatenation -> W_O, with the shape of every array;
@@ -649,4 +653,87 @@ def diagonal_counterexample(X, i: int = 0, j: int = 1, figsize=(13.5, 5.0)) -> F
         fontsize=13,
     )
     fig.tight_layout()
+    return fig
+
+
+# x positions of the one-head diagram's columns, and its middle line
+_ONE_X = {"X": 0.85, "qkv": 4.45, "S": 7.55, "A": 10.75, "out": 13.75}
+_ONE_MID = 1.9
+
+
+def single_head_dataflow(figsize=(13.0, 4.6)) -> Figure:
+    """The data flow of one attention head (notebook 02), every array with its shape.
+
+    X (N, C) is projected three ways, by W_Q, W_K (C, d_k) and W_V (C, d_v); the
+    queries are scored against the keys, a softmax turns each row of scores into
+    weights, and the weights average the values. Drawn with the boxes and colours
+    of `multi_head_dataflow`, whose lanes are this figure once per head. Returns
+    the Figure.
+    """
+    x, mid, colour = _ONE_X, _ONE_MID, HEAD_COLOURS[0]
+    fig, ax = plt.subplots(figsize=figsize)
+    ax.set(xlim=(-0.1, 14.9), ylim=(-0.2, 4.35))
+    ax.axis("off")
+
+    def word(xc, top, text):  # a plain-words label above a box
+        ax.text(xc, top + 0.06, text, ha="center", va="bottom", fontsize=9, color="0.4")
+
+    _box(ax, x["X"], mid, 1.5, 1.0, "$X$", "(N, C)", GREY, fontsize=13)
+    word(x["X"], mid + 0.5, "the tokens")
+    y_q, y_k, y_v = mid + 1.0, mid, mid - 1.0
+    rows = [
+        (y_q, "$Q = X W_Q$", "(N, d_k)", "$W_Q$: (C, d_k)", "queries"),
+        (y_k, "$K = X W_K$", "(N, d_k)", "$W_K$: (C, d_k)", "keys"),
+        (y_v, "$V = X W_V$", "(N, d_v)", "$W_V$: (C, d_v)", "values"),
+    ]
+    start, left = x["X"] + 0.75, x["qkv"] - _BOX_W / 2
+    for y, title, shape, weight, name in rows:
+        _box(ax, x["qkv"], y, _BOX_W, _BOX_H, title, shape, colour)
+        word(x["qkv"], y + _BOX_H / 2, name)
+        _arrow(ax, (start, mid + (y - mid) * 0.15), (left, y))
+        below = y < mid  # the arrow to V falls: its label goes under it
+        ax.text(
+            left - 0.12,
+            y - 0.1 if below else y + 0.1,
+            weight,
+            ha="right",
+            va="top" if below else "bottom",
+            fontsize=9.5,
+            color=colour,
+        )
+    y_s = (y_q + y_k) / 2
+    _box(ax, x["S"], y_s, _S_W, _BOX_H, "$S = Q K^{\\top} / \\sqrt{d_k}$", "(N, N)", colour)
+    soft = "$A = \\mathrm{softmax}(S)$"
+    _box(ax, x["A"], y_s, _A_W, _BOX_H, soft, "(N, N), rows sum to 1", colour)
+    _box(ax, x["out"], mid, 2.0, _BOX_H, "$\\mathrm{head} = A V$", "(N, d_v)", colour)
+    word(x["S"], y_s + _BOX_H / 2, "scores")
+    word(x["A"], y_s + _BOX_H / 2, "weights")
+    word(x["out"], mid + _BOX_H / 2, "output")
+    right = x["qkv"] + _BOX_W / 2
+    _arrow(ax, (right, y_q), (x["S"] - _S_W / 2, y_s + 0.12))
+    _arrow(ax, (right, y_k), (x["S"] - _S_W / 2, y_s - 0.12))
+    _arrow(ax, (x["S"] + _S_W / 2, y_s), (x["A"] - _A_W / 2, y_s))
+    _arrow(ax, (x["A"] + _A_W / 2, y_s), (x["out"] - 1.0, mid + 0.12))
+    _arrow(ax, (right, y_v), (x["out"] - 1.0, mid - 0.12))
+    ax.text(
+        7.4,
+        4.3,
+        "One attention head: queries are scored against keys, a softmax turns each row of "
+        "scores into weights,\nand each token's output is the weighted average of the values",
+        ha="center",
+        va="top",
+        fontsize=12.5,
+    )
+    ax.text(
+        7.4,
+        -0.15,
+        "Self-attention: queries, keys and values all come from the N tokens of X; row i of A "
+        "says how much token i takes from each token j.\nMulti-head attention (notebook 03) "
+        "runs h such heads side by side, each with its own $W_Q^h$, $W_K^h$, $W_V^h$, "
+        "and mixes their outputs with $W_O$.",
+        ha="center",
+        va="bottom",
+        fontsize=10,
+        color="0.3",
+    )
     return fig

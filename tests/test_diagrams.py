@@ -126,3 +126,22 @@ def test_diagonal_counterexample_shows_the_weights_it_claims(X):
     assert f"{A[0, 0]:.3f}" in title and f"{A[1, 1]:.3f}" in title
     with pytest.raises(ValueError, match="C = 1 or 2"):
         diagonal_counterexample(np.ones((3, 3)))
+
+
+def test_single_head_dataflow_labels_every_step_and_shape():
+    from mha_lib.diagrams import single_head_dataflow
+
+    fig = single_head_dataflow()
+    assert isinstance(fig, Figure)
+    labels = texts(fig)
+    for shape in ["(N, C)", "(N, d_k)", "(N, d_v)", "(N, N)", "(N, N), rows sum to 1"]:
+        assert shape in labels, shape
+    for weight in ["$W_Q$: (C, d_k)", "$W_K$: (C, d_k)", "$W_V$: (C, d_v)"]:
+        assert weight in labels, weight
+    for word in ["queries", "keys", "values", "scores", "weights", "output"]:
+        assert word in labels, word
+    assert any("softmax" in t for t in labels)
+    assert not any("M" in t for t in labels if t.startswith("(")), (
+        "one head of self-attention: M = N"
+    )
+    assert overlapping_texts(fig) == []
