@@ -17,7 +17,7 @@ The first two are the numpy core; the other four, and the building blocks, the t
 Shared by every notebook: `testing` (`assert_close`, the one equality check),
 `plot` (attention heatmaps), `diagrams` (the data flow and the head split),
 `example` (the running example), `stats` (Wilson and t intervals), `runtime`
-(`pick_device`, a light `Adam`, freed memory handed back, a process's memory and a sweep's
+(`pick_device`, a light `Adam` and `SGD`, freed memory handed back, a process's memory and a sweep's
 provenance) and `_checks` (input checks with clear messages).
 
 Below the core, one layer of torch building blocks that every later part builds on, importing

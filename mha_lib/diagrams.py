@@ -21,13 +21,19 @@ Shown in notebook 01:
 - `diagonal_counterexample(X, i, j)`: the tokens of a small X (C = 1 or 2) as
   arrows, and why α_ij can exceed both α_ii and α_jj.
 
-All return a matplotlib Figure and need no network and no files, so they
+Shown in notebook 04:
+- `transformer_blocks()`: a post-LN and a pre-LN Transformer block side by side, the
+  residual stream, where each LayerNorm sits, attention and the feed-forward network.
+
+Each returns a matplotlib Figure and needs no network and no files, so they
 render the same in JupyterLab, on GitHub and on Binder. Imported explicitly
 (`from mha_lib.diagrams import ...`) so that `import mha_lib` stays free of
 matplotlib.
 """
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -736,4 +742,118 @@ def single_head_dataflow(figsize=(13.0, 4.6)) -> Figure:
         fontsize=10,
         color="0.3",
     )
+    return fig
+
+
+# x positions of a block diagram's residual stream and of its sublayer branch
+_STREAM_X, _BRANCH_X = 1.6, 4.7
+_LN_COLOUR, _ATTN_COLOUR, _FF_COLOUR = HEAD_COLOURS[2], HEAD_COLOURS[0], HEAD_COLOURS[1]
+_SUBLAYERS = {  # title, what it does
+    "LN": ("LayerNorm", "each token: mean 0, var 1; γ, β", _LN_COLOUR),
+    "MHA": ("multi-head attention", "mixes information across tokens", _ATTN_COLOUR),
+    "FF": ("feed-forward", "each token alone: E → F → E", _FF_COLOUR),
+}
+
+
+def _sublayer(ax, x: float, y: float, kind: str) -> None:
+    title, note, colour = _SUBLAYERS[kind]
+    _box(ax, x, y, 2.9, 0.72, title, note, colour, fontsize=10.5)
+
+
+def _plus(ax, y: float) -> None:
+    """The residual sum on the stream: a circled +."""
+    ax.add_patch(
+        plt.Circle(
+            (_STREAM_X, y), 0.22, facecolor="white", edgecolor="0.2", linewidth=1.4, zorder=2
+        )
+    )
+    ax.text(_STREAM_X, y, "+", ha="center", va="center", fontsize=13, fontweight="bold", zorder=4)
+
+
+def _branch(ax, y_from: float, y_plus: float, boxes: list[tuple[float, str]]) -> None:
+    """A sublayer branch: off the stream at y_from, through `boxes` (y, kind), back at y_plus."""
+    ax.plot([_STREAM_X, _BRANCH_X], [y_from, y_from], color="0.35", linewidth=1.1)
+    _arrow(ax, (_BRANCH_X, y_from), (_BRANCH_X, boxes[0][0] - 0.36))
+    for (y_a, _), (y_b, _) in pairwise(boxes):
+        _arrow(ax, (_BRANCH_X, y_a + 0.36), (_BRANCH_X, y_b - 0.36))
+    for y, kind in boxes:
+        _sublayer(ax, _BRANCH_X, y, kind)
+    top = boxes[-1][0] + 0.36
+    ax.plot([_BRANCH_X, _BRANCH_X], [top, y_plus], color="0.35", linewidth=1.1)
+    _arrow(ax, (_BRANCH_X, y_plus), (_STREAM_X + 0.22, y_plus))
+
+
+def _stream(ax) -> None:
+    """The residual stream: one thick arrow up the left, drawn under every box and sum."""
+    ax.add_patch(
+        FancyArrowPatch(
+            (_STREAM_X, 0.3),
+            (_STREAM_X, 9.9),
+            arrowstyle="-|>",
+            mutation_scale=16,
+            color="0.2",
+            linewidth=2.6,
+            shrinkA=0,
+            shrinkB=0,
+            zorder=0.5,
+        )
+    )
+
+
+def _block_panel(ax, norm_first: bool) -> None:
+    ax.set(xlim=(-0.2, 6.6), ylim=(-0.9, 11.4))
+    ax.axis("off")
+    _stream(ax)
+    ax.text(_STREAM_X, 0.0, "x  (B, N, E)", ha="center", va="center", fontsize=11)
+    ax.text(_STREAM_X, 10.2, "output  (B, N, E)", ha="center", va="center", fontsize=11)
+    ax.text(
+        _STREAM_X - 0.45,
+        5.6,
+        "residual stream",
+        ha="center",
+        va="center",
+        rotation=90,
+        fontsize=9.5,
+        color="0.3",
+    )
+    if norm_first:
+        # x + MHA(LN(x)), then x + FF(LN(x)): the stream passes through sums only
+        _branch(ax, 1.1, 3.9, [(2.0, "LN"), (3.1, "MHA")])
+        _plus(ax, 3.9)
+        _branch(ax, 5.0, 7.8, [(5.9, "LN"), (7.0, "FF")])
+        _plus(ax, 7.8)
+        title = "pre-LN (GPT-2)\n$x \\leftarrow x + \\mathrm{MHA}(\\mathrm{LN}(x))$,  "
+        title += "$x \\leftarrow x + \\mathrm{FF}(\\mathrm{LN}(x))$"
+        note = "the stream meets only sums: from x to the output,\nnothing normalises it "
+        note += "(GPT-2 adds one LayerNorm\nafter its last block)"
+    else:
+        # LN(x + MHA(x)), then LN(x + FF(x)): a LayerNorm sits on the stream after each sum
+        _branch(ax, 1.1, 2.7, [(1.9, "MHA")])
+        _plus(ax, 2.7)
+        _sublayer(ax, _STREAM_X, 3.8, "LN")
+        _branch(ax, 5.0, 6.6, [(5.8, "FF")])
+        _plus(ax, 6.6)
+        _sublayer(ax, _STREAM_X, 7.7, "LN")
+        title = "post-LN (the original Transformer, BERT)\n"
+        title += "$x \\leftarrow \\mathrm{LN}(x + \\mathrm{MHA}(x))$,  "
+        title += "$x \\leftarrow \\mathrm{LN}(x + \\mathrm{FF}(x))$"
+        note = "a LayerNorm sits on the stream after each sum:\nevery token leaves the block "
+        note += "normalised"
+    ax.text(3.2, 11.35, title, ha="center", va="top", fontsize=11.5, linespacing=1.5)
+    ax.text(3.2, -0.45, note, ha="center", va="top", fontsize=9.5, color="0.3")
+
+
+def transformer_blocks(figsize=(12.0, 7.6)) -> Figure:
+    """A post-LN and a pre-LN Transformer block side by side (notebook 04, section 11).
+
+    Each panel draws the residual stream up its left side, x (B, N, E) in at the bottom and
+    the output at the top; each sublayer (multi-head attention, then the feed-forward network)
+    branches off the stream and its output is added back (a circled +). Post-LN puts a
+    LayerNorm on the stream after each sum; pre-LN puts it at the start of each branch, so the
+    stream itself is never normalised. Returns the Figure.
+    """
+    fig, (left, right) = plt.subplots(1, 2, figsize=figsize)
+    _block_panel(left, norm_first=False)
+    _block_panel(right, norm_first=True)
+    fig.subplots_adjust(left=0.01, right=0.99, top=0.98, bottom=0.06, wspace=0.05)
     return fig

@@ -12,6 +12,8 @@ about where it runs: its memory (and that of the processes it started), and its 
   learner's kernels. It does the same arithmetic as `torch.optim.Adam`'s loop over parameters on
   the CPU, in the same order (tests/test_runtime.py checks that the parameters agree float for
   float after many steps), and imports nothing but torch.
+- `SGD`: plain gradient descent, `p <- p - lr * p.grad` (torch.optim.SGD's steps without
+  momentum), for notebook 04's primer on what an optimiser's `step()` does; same reason.
 - `release_freed_memory()`: what notebook 05 does after its largest section. On Linux, glibc's
   allocator keeps memory that a program frees inside the program when the freed blocks sit in
   the middle of its heap: after notebook 05 frees the attention weights and hidden states of
@@ -47,6 +49,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "SGD",
     "Adam",
     "descendants",
     "peak_rss",
@@ -152,6 +155,35 @@ class Adam:
             v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
             denom = (v.sqrt() / (1 - beta2**t) ** 0.5).add_(self.eps)
             p.addcdiv_(m, denom, value=-(self.lr / (1 - beta1**t)))
+
+
+class SGD:
+    """Plain gradient descent: `step()` moves every parameter against its gradient, by lr times it.
+
+    torch.optim.SGD's steps with its defaults (no momentum, no weight decay), float for float;
+    params, `zero_grad()` and `step()` as with torch.optim. A parameter whose .grad is None is
+    left as it is.
+    """
+
+    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3):
+        self.params = [p for p in params if p.requires_grad]
+        if not self.params:
+            raise ValueError("params is empty (or nothing in it requires grad); nothing to train")
+        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or lr < 0:
+            raise ValueError(f"lr must be a number >= 0; got {lr!r}")
+        self.lr = lr
+
+    def zero_grad(self) -> None:
+        """Drop every gradient (set it to None, as torch.optim does by default)."""
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        """One step for every parameter that has a gradient: p <- p - lr * p.grad."""
+        for p in self.params:
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-self.lr)
 
 
 # ---------------------------------------------------------------------------- freed memory

@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import pytest
 from matplotlib.figure import Figure
 
-from mha_lib.diagrams import head_split, multi_head_dataflow
+from mha_lib.diagrams import head_split, multi_head_dataflow, transformer_blocks
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +61,7 @@ def test_head_split_shows_the_mixing():
     assert cells == {str(10 * t + f) for t in range(3) for f in range(4)}
 
 
-@pytest.mark.parametrize("draw", [multi_head_dataflow, head_split])
+@pytest.mark.parametrize("draw", [multi_head_dataflow, head_split, transformer_blocks])
 def test_no_text_overlaps_other_text(draw):
     assert overlapping_texts(draw()) == []
 
@@ -145,3 +145,25 @@ def test_single_head_dataflow_labels_every_step_and_shape():
         "one head of self-attention: M = N"
     )
     assert overlapping_texts(fig) == []
+
+
+def test_transformer_blocks_put_the_layernorms_where_each_order_does():
+    fig = transformer_blocks()
+    assert isinstance(fig, Figure)
+    post, pre = fig.axes
+    for ax, name in ((post, "post-LN"), (pre, "pre-LN")):
+        labels = [t.get_text() for t in ax.texts]
+        assert any(t.startswith(name) for t in labels), name
+        assert labels.count("LayerNorm") == 2 and labels.count("+") == 2
+        assert "multi-head attention" in labels and "feed-forward" in labels
+        assert "x  (B, N, E)" in labels and "output  (B, N, E)" in labels
+    stream_x = {  # the x of the residual stream: where the input label sits
+        name: next(t.get_position()[0] for t in ax.texts if t.get_text() == "x  (B, N, E)")
+        for ax, name in ((post, "post"), (pre, "pre"))
+    }
+    ln_x = {
+        name: [t.get_position()[0] for t in ax.texts if t.get_text() == "LayerNorm"]
+        for ax, name in ((post, "post"), (pre, "pre"))
+    }
+    assert all(x == stream_x["post"] for x in ln_x["post"])  # on the stream
+    assert all(x != stream_x["pre"] for x in ln_x["pre"])  # on the branches

@@ -1,5 +1,6 @@
-"""mha_lib.runtime: the device the notebooks pick, Adam (torch.optim.Adam's and AdamW's steps
-without importing torch._dynamo), and freed memory handed back to the system (and nothing else)."""
+"""mha_lib.runtime: the device the notebooks pick, Adam and SGD (torch.optim's Adam, AdamW and
+SGD steps without importing torch._dynamo), and freed memory handed back to the system (and nothing
+else)."""
 
 import ast
 import os
@@ -11,7 +12,7 @@ import torch
 from torch import nn
 
 from mha_lib import runtime
-from mha_lib.runtime import Adam, pick_device
+from mha_lib.runtime import SGD, Adam, pick_device
 from tests.notebook_source import NOTEBOOKS, SOLUTIONS, code_cells, dotted
 
 HAS_CUDA = torch.cuda.is_available()
@@ -143,6 +144,35 @@ def test_ours_leaves_torchs_compiler_unimported_and_torch_optim_does_not():
     # and the class can go
     assert not _imports_dynamo("from mha_lib.runtime import Adam; opt = Adam([p], lr=0.1)")
     assert _imports_dynamo("opt = torch.optim.Adam([p], lr=0.1)")
+
+
+# ---------------------------------------------------------------------------- SGD
+
+
+@pytest.mark.parametrize("lr", [1e-2, 0.3])
+def test_sgd_takes_torch_optim_sgds_steps_float_for_float(lr):
+    ours, theirs = _model(0), _model(0)
+    loss_ours = _train(ours, SGD(ours.parameters(), lr=lr))
+    loss_theirs = _train(theirs, torch.optim.SGD(theirs.parameters(), lr=lr))
+    assert loss_ours == loss_theirs
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        assert torch.equal(p, q)
+    assert loss_ours[-1] < loss_ours[0]  # it trained
+
+
+def test_sgd_skips_what_has_no_gradient_and_names_bad_arguments():
+    a, b = nn.Parameter(torch.ones(3)), nn.Parameter(torch.ones(3))
+    frozen = nn.Parameter(torch.ones(2), requires_grad=False)
+    opt = SGD([a, b, frozen], lr=0.5)
+    assert opt.params == [a, b]
+    (a**2).sum().backward()
+    opt.step()
+    assert torch.equal(a, torch.zeros(3)) and torch.equal(b, torch.ones(3))  # 1 - 0.5 * 2
+    with pytest.raises(ValueError, match="params is empty"):
+        SGD([])
+    with pytest.raises(ValueError, match="lr must be a number >= 0; got -1"):
+        SGD([a], lr=-1)
+    assert not _imports_dynamo("from mha_lib.runtime import SGD; opt = SGD([p], lr=0.1)")
 
 
 # ---------------------------------------------------------------------------- freed memory
