@@ -71,3 +71,15 @@ def test_head_split_other_sizes_and_limits():
     assert "head 2" in texts(fig)
     with pytest.raises(ValueError, match="head_split draws at most"):
         head_split(N=3, h=7, d=1)
+
+
+def test_one_vs_two_heads_task_draws_both_answers():
+    from mha_lib.diagrams import one_vs_two_heads_task
+
+    fig = one_vs_two_heads_task()
+    texts = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "Two heads" in texts and "One head" in texts and "half of the target is lost" in texts
+    assert "$c_3$" in texts and "token 4" in texts  # the query and the token just before it
+    plt.close(fig)
+    with pytest.raises(ValueError, match="query"):
+        one_vs_two_heads_task(n_tok=6, query=1)
