@@ -80,6 +80,7 @@ def test_one_vs_two_heads_task_draws_both_answers():
     texts = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
     assert "Two heads" in texts and "One head" in texts and "half of the target is lost" in texts
     assert "$c_3$" in texts and "token 4" in texts  # the query and the token just before it
+    assert overlapping_texts(fig) == []
     plt.close(fig)
     with pytest.raises(ValueError, match="query"):
         one_vs_two_heads_task(n_tok=6, query=1)
