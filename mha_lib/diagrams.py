@@ -25,7 +25,12 @@ Shown in notebook 04:
 - `transformer_blocks()`: a post-LN and a pre-LN Transformer block side by side, the
   residual stream, where each LayerNorm sits, attention and the feed-forward network.
 
-Each returns a matplotlib Figure and needs no network and no files, so they
+Shown in notebook 03b:
+- `one_vs_two_heads_task(n_tok, query)`: the task one head cannot solve and two
+  heads can: two heads fetch the previous and the first token into their own
+  halves; one head puts one mix into both.
+
+All return a matplotlib Figure and need no network and no files, so they
 render the same in JupyterLab, on GitHub and on Binder. Imported explicitly
 (`from mha_lib.diagrams import ...`) so that `import mha_lib` stays free of
 matplotlib.
@@ -856,4 +861,131 @@ def transformer_blocks(figsize=(12.0, 7.6)) -> Figure:
     _block_panel(left, norm_first=False)
     _block_panel(right, norm_first=True)
     fig.subplots_adjust(left=0.01, right=0.99, top=0.98, bottom=0.06, wspace=0.05)
+    return fig
+
+
+def _token_row(ax, y, n_tok, query, picks, s=0.8):
+    """A row of n_tok token boxes c_0 .. c_(N-1) at height y; the query's box outlined, the
+    picked tokens tinted with their colours. Returns the x centre of each box."""
+    xs = [0.6 + j * (s + 0.25) + s / 2 for j in range(n_tok)]
+    for j, x in enumerate(xs):
+        face = _tint(picks[j], 0.7) if j in picks else "white"
+        edge = "black" if j == query else "0.55"
+        ax.add_patch(
+            Rectangle(
+                (x - s / 2, y),
+                s,
+                s,
+                facecolor=face,
+                edgecolor=edge,
+                linewidth=2.2 if j == query else 1,
+            )
+        )
+        ax.text(x, y + s / 2, f"$c_{j}$", ha="center", va="center", fontsize=12)
+        ax.text(x, y - 0.22, f"pos {j}", ha="center", va="center", fontsize=9, color="0.35")
+    ax.text(xs[query], y + s + 0.15, f"token {query}", ha="center", va="bottom", fontsize=10)
+    return xs
+
+
+def one_vs_two_heads_task(n_tok: int = 6, query: int = 4, figsize=(13.0, 5.2)) -> Figure:
+    """The task of notebook 03b §4 for one query token i: its target is [c_(i-1), c_0].
+
+    Left: two heads, one looking one step back, one at token 0; W_O routes each head's output
+    to its own half of the target. Right: one head, one row of weights; whatever it takes from
+    tokens i-1 and 0 is mixed into one vector, and its one value path puts that same mix into
+    both halves (the best it can do: half of each). Returns the Figure.
+    """
+    if not 2 <= query < n_tok or n_tok > 9:
+        raise ValueError(
+            f"one_vs_two_heads_task needs 2 <= query < n_tok <= 9; got query = {query}, "
+            f"n_tok = {n_tok}"
+        )
+    prev, c0, c1 = query - 1, HEAD_COLOURS[0], HEAD_COLOURS[1]
+    fig, axes = plt.subplots(1, 2, figsize=figsize)
+    width = 0.6 + n_tok * 1.05 + 0.3
+    for ax, title in zip(
+        axes,
+        (
+            "Two heads: each fetches one token, $W_O$ sends each to its own half  ✓",
+            "One head: one row of weights, one value path for both halves  ✗",
+        ),
+    ):
+        ax.set(xlim=(0, width), ylim=(-0.3, 5.3))
+        ax.axis("off")
+        ax.text(width / 2, 5.25, title, ha="center", va="top", fontsize=11.5)
+    # two heads
+    ax = axes[0]
+    xs = _token_row(ax, 3.6, n_tok, query, {prev: c0, 0: c1})
+    half_w, y_out = 1.9, 0.4
+    x_a, x_b = width / 2 - half_w / 2 - 0.05, width / 2 + half_w / 2 + 0.05
+    for x, colour, label in ((x_a, c0, f"$c_{prev}$"), (x_b, c1, "$c_0$")):
+        ax.add_patch(
+            Rectangle(
+                (x - half_w / 2, y_out), half_w, 0.8, facecolor=_tint(colour, 0.7), edgecolor=colour
+            )
+        )
+        ax.text(x, y_out + 0.4, label, ha="center", va="center", fontsize=13)
+    _arrow(ax, (xs[prev], 3.25), (x_a, y_out + 0.85), colour=c0, rad=0.1)
+    _arrow(ax, (xs[0], 3.25), (x_b, y_out + 0.85), colour=c1, rad=-0.25)
+    ax.text(xs[prev] + 0.1, 2.6, "head 0:\none step back", color=c0, fontsize=10, ha="left")
+    ax.text(xs[0] - 0.2, 2.3, "head 1:\ntoken 0", color=c1, fontsize=10, ha="left")
+    ax.text(
+        width / 2,
+        y_out - 0.05,
+        f"target of token {query}: [what came just before | what came first]",
+        ha="center",
+        va="top",
+        fontsize=10,
+        color="0.3",
+    )
+    # one head
+    ax = axes[1]
+    xs = _token_row(ax, 3.6, n_tok, query, {prev: GREY, 0: GREY})
+    x_mix, y_mix = width / 2, 1.9
+    ax.add_patch(
+        FancyBboxPatch(
+            (x_mix - 1.6, y_mix - 0.3),
+            3.2,
+            0.6,
+            boxstyle="round,pad=0.02,rounding_size=0.08",
+            facecolor=_tint(GREY, 0.8),
+            edgecolor=GREY,
+        )
+    )
+    ax.text(
+        x_mix,
+        y_mix,
+        f"$\\frac{{1}}{{2}}c_{prev} + \\frac{{1}}{{2}}c_0$",
+        ha="center",
+        va="center",
+        fontsize=12,
+    )
+    for j, label in ((prev, "½"), (0, "½")):
+        _arrow(ax, (xs[j], 3.25), (x_mix, y_mix + 0.35), colour=GREY)
+        ax.text((xs[j] + x_mix) / 2 + 0.15, 2.85, label, fontsize=11, color="0.3")
+    for x in (x_a, x_b):
+        ax.add_patch(
+            Rectangle(
+                (x - half_w / 2, y_out), half_w, 0.8, facecolor=_tint(GREY, 0.8), edgecolor=GREY
+            )
+        )
+        ax.text(
+            x,
+            y_out + 0.4,
+            f"$\\frac{{1}}{{2}}c_{prev} + \\frac{{1}}{{2}}c_0$",
+            ha="center",
+            va="center",
+            fontsize=11,
+        )
+        _arrow(ax, (x_mix, y_mix - 0.35), (x, y_out + 0.85), colour=GREY)
+    ax.text(
+        width / 2,
+        y_out - 0.05,
+        "the same mix in both halves: half of the target is lost",
+        ha="center",
+        va="top",
+        fontsize=10,
+        color="#c0392b",
+    )
+    fig.tight_layout()
     return fig

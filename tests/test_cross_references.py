@@ -2,8 +2,9 @@
 
 The notebooks number their sections in their headings: `## 3 · A previous-token head, built by
 hand`, with subsections `### 5.2 Normalised weights` or `### 4b · Watch the committee form`
-(headings such as `## Exercises` or `### Step 1 · scores` carry no section number). Markdown
-refers to them as "notebook 03 §14" (the series' form), and in older prose as "notebook 03,
+(headings such as `## Exercises` or `### Step 1 · scores` carry no section number). A notebook
+beside another has a letter after its number (03b beside 03). Markdown refers to them as
+"notebook 03 §9" or "notebook 03b §4" (the series' form), and in older prose as "notebook 03,
 section 6", "section 11 of notebook 03", "sections 7–8 of [03 · Multi-head attention](...)",
 "[02 · Attention with weights](...) (section 5: ...)"; a bare "section 3" or "§3" is a section of
 the notebook it is written in (for a solutions notebook: of the notebook it solves). This test
@@ -20,20 +21,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+SOLUTIONS = sorted((ROOT / "solutions").glob("[0-9][0-9]*_*.ipynb"))
 
 NUMBER = r"\d+(?:\.\d+)?[a-z]?"  # 5, 5.2, 4b
+NOTEBOOK = r"\d\d[a-z]?"  # 03, and a notebook beside it, 03b
 HEADING = re.compile(rf"^#{{1,6}}\s+({NUMBER})(?=\s|$)", re.MULTILINE)
 LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]*)\)")
 SECTIONS = rf"(?:§|\b[Ss]ections?\s+)({NUMBER})(?:\s*(?:–|-|and|to)\s*({NUMBER}))?"
 # (pattern, group of the notebook number, group of the first section, group of the last)
 CROSS = [
-    (re.compile(rf"\b[Nn]otebooks?\s+(\d\d),?\s*{SECTIONS}"), 1, 2, 3),
-    (re.compile(rf"{SECTIONS}\s+of\s+(?:notebook\s+)?(\d\d)\b"), 3, 1, 2),
-    (re.compile(rf"\b(\d\d) · [^()\n]{{1,60}}?\((?:its\s+)?{SECTIONS}"), 1, 2, 3),
+    (re.compile(rf"\b[Nn]otebooks?\s+({NOTEBOOK}),?\s*{SECTIONS}"), 1, 2, 3),
+    (re.compile(rf"{SECTIONS}\s+of\s+(?:notebook\s+)?({NOTEBOOK})\b"), 3, 1, 2),
+    (re.compile(rf"\b({NOTEBOOK}) · [^()\n]{{1,60}}?\((?:its\s+)?{SECTIONS}"), 1, 2, 3),
 ]
 BARE = re.compile(SECTIONS)
+
+
+def number(path: Path) -> str:
+    """The number of a notebook or solutions notebook: "03" for 03_x.ipynb, "03b" for 03b_y."""
+    return path.name.split("_")[0]
 
 
 def markdown(path: Path) -> list[str]:
@@ -61,7 +68,7 @@ def expand(first: str, last: str | None) -> list[str]:
 
 def references(path: Path) -> list[tuple[str, str, str]]:
     """(number of the notebook referred to, section, the text around it) for every reference."""
-    own = path.name[:2]
+    own = number(path)
     found = []
     for text in markdown(path):
         taken = []  # spans already read as cross-references
@@ -78,7 +85,7 @@ def references(path: Path) -> list[tuple[str, str, str]]:
     return found
 
 
-SECTIONS_OF = {path.name[:2]: section_numbers(path) for path in NOTEBOOKS}
+SECTIONS_OF = {number(path): section_numbers(path) for path in NOTEBOOKS}
 CASES = [(path, ref) for path in NOTEBOOKS + SOLUTIONS for ref in references(path)]
 
 
@@ -87,10 +94,11 @@ def test_the_series_refers_to_sections():
     assert len(CASES) > 50
     assert any("§" in text for _, (_, _, text) in CASES)
     assert SECTIONS_OF["02"] >= {"1", "3", "4a", "4b", "4c", "6"} and "5.2" in SECTIONS_OF["01"]
+    assert "03b" in SECTIONS_OF and any(nb == "03b" for _, (nb, _, _) in CASES)
 
 
 @pytest.mark.parametrize(
-    ("path", "ref"), CASES, ids=[f"{p.parent.name}/{p.name[:2]}: {r[0]} §{r[1]}" for p, r in CASES]
+    ("path", "ref"), CASES, ids=[f"{p.parent.name}/{number(p)}: {r[0]} §{r[1]}" for p, r in CASES]
 )
 def test_every_section_reference_names_a_section_that_exists(path, ref):
     notebook, section, text = ref
@@ -117,6 +125,6 @@ def test_links_to_notebooks_point_to_the_notebook_they_name(path):
     for text, target in notebook_links(path):
         file = (path.parent / target.split("#")[0]).resolve()
         assert file.is_file(), f"{path.name}: the link [{text}]({target}) points to no file"
-        named = re.search(r"\b[Nn]otebook (\d\d)\b", text)
+        named = re.search(rf"\b[Nn]otebook ({NOTEBOOK})\b", text)
         if named:
-            assert file.name.startswith(named.group(1)), f"{path.name}: [{text}]({target})"
+            assert number(file) == named.group(1), f"{path.name}: [{text}]({target})"

@@ -167,3 +167,16 @@ def test_transformer_blocks_put_the_layernorms_where_each_order_does():
     }
     assert all(x == stream_x["post"] for x in ln_x["post"])  # on the stream
     assert all(x != stream_x["pre"] for x in ln_x["pre"])  # on the branches
+
+
+def test_one_vs_two_heads_task_draws_both_answers():
+    from mha_lib.diagrams import one_vs_two_heads_task
+
+    fig = one_vs_two_heads_task()
+    texts = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "Two heads" in texts and "One head" in texts and "half of the target is lost" in texts
+    assert "$c_3$" in texts and "token 4" in texts  # the query and the token just before it
+    assert overlapping_texts(fig) == []
+    plt.close(fig)
+    with pytest.raises(ValueError, match="query"):
+        one_vs_two_heads_task(n_tok=6, query=1)

@@ -238,6 +238,9 @@ def test_site_solutions_pairing_unit():
     assert series_site.solutions_page(found, "notebooks/01_z") == "solutions/01_y_solutions"
     assert series_site.solutions_page(found, "notebooks/02_w") is None
     assert series_site.solutions_page(found, "solutions/03_x_solutions") is None
+    found |= {"notebooks/03b_v", "solutions/03b_v_solutions"}  # a notebook beside 03
+    assert series_site.solutions_page(found, "notebooks/03b_v") == "solutions/03b_v_solutions"
+    assert series_site.solutions_page(found, "notebooks/03_x") == "solutions/03_x_solutions"
 
 
 # --- reading the site in a browser -----------------------------------------------------------

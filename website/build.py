@@ -24,14 +24,14 @@ OUT = ROOT / "build" / "site"
 
 def notebooks() -> list[str]:
     """The series, in order: notebooks/NN_*.ipynb, as paths relative to the repository."""
-    return [f"notebooks/{p.name}" for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
+    return [f"notebooks/{p.name}" for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))]
 
 
 def solutions() -> list[str]:
     """Their worked solutions, solutions/NN_*_solutions.ipynb, in order."""
     return [
         f"solutions/{p.name}"
-        for p in sorted((ROOT / "solutions").glob("[0-9][0-9]_*_solutions.ipynb"))
+        for p in sorted((ROOT / "solutions").glob("[0-9][0-9]*_*_solutions.ipynb"))
     ]
 
 

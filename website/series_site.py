@@ -163,9 +163,9 @@ def remote_images_as_text(app, doctree) -> None:
 
 def solutions_page(found_docs, docname: str) -> str | None:
     """The solutions page of notebook page `docname` (notebooks/NN_x), if there is one."""
-    if not re.fullmatch(r"notebooks/\d\d_.+", docname):
+    if not re.fullmatch(r"notebooks/\d\d[a-z]?_.+", docname):
         return None
-    number = docname.split("/")[1][:2]
+    number = docname.split("/")[1].split("_")[0]
     found = sorted(d for d in found_docs if re.fullmatch(rf"solutions/{number}_.+_solutions", d))
     return found[0] if found else None
 

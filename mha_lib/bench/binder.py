@@ -126,7 +126,7 @@ def walk(paths: list[Path], out=print) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     """The table of binder/README.md: one column per notebook."""
-    names = [r["notebook"][:2] for r in rows]
+    names = [r["notebook"].split("_")[0] for r in rows]  # "03", "03b", ...
     lines = [
         "| after | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(rows),
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     if not sys.platform.startswith("linux"):
         print("python -m mha_lib.bench binder reads /proc: Linux only")
         return 2
-    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     if args.cells:
         if len(paths) != 1:
             print("--cells takes exactly one notebook")

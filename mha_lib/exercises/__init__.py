@@ -27,6 +27,8 @@ from .nb02 import *  # noqa: F403
 from .nb02 import __all__ as _nb02
 from .nb03 import *  # noqa: F403
 from .nb03 import __all__ as _nb03
+from .nb03b import *  # noqa: F403
+from .nb03b import __all__ as _nb03b
 from .nb05 import *  # noqa: F403  (imports torch only when a checker runs)
 from .nb05 import __all__ as _nb05
 from .nb06 import *  # noqa: F403
@@ -47,6 +49,6 @@ from .nb16 import *  # noqa: F403
 from .nb16 import __all__ as _nb16
 
 __all__ = [
-    *_nb00, *_nb01, *_nb02, *_nb03, *_nb05, *_nb06, *_nb07, *_nb11, *_nb12, *_nb13, *_nb14,
+    *_nb00, *_nb01, *_nb02, *_nb03, *_nb03b, *_nb05, *_nb06, *_nb07, *_nb11, *_nb12, *_nb13, *_nb14,
     *_nb15, *_nb16,
 ]  # fmt: skip

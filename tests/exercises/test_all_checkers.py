@@ -98,7 +98,7 @@ def test_no_two_notebooks_export_the_same_checker_name():
 NOTEBOOKS = sorted(
     p
     for folder in ("notebooks", "solutions")
-    for p in (Path(__file__).resolve().parents[2] / folder).glob("[0-9][0-9]_*.ipynb")
+    for p in (Path(__file__).resolve().parents[2] / folder).glob("[0-9][0-9]*_*.ipynb")
 )
 
 
