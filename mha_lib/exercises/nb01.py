@@ -21,21 +21,30 @@ import numpy as np
 from ..attention import scaled_dot_product_attention, self_attention, softmax
 from ._base import (
     GENERIC,
+    Library,
     as_array,
     checker,
     close,
     diagnose,
     in_case,
     mismatch,
-    run,
+    numpy_habit,
     to_numpy,
 )
+from ._base import run as _run
 
 __all__ = [
     "check_diagonal_counterexample",
     "check_scaled_dot_product_attention",
     "check_softmax",
 ]
+
+
+def run(fn, *args, names: tuple[str, ...] = ()):
+    """`_base.run`, with the torch habit named when the answer raised on numpy arrays."""
+    result, problem = _run(fn, *args, names=names)
+    return result, numpy_habit(problem)
+
 
 # (what is special, x): the order matters, each case catching what the earlier ones cannot.
 _SOFTMAX_CASES = (
@@ -81,9 +90,9 @@ def _softmax_mistakes(x: np.ndarray) -> dict[str, np.ndarray]:
             "it subtracts each row's MINIMUM: subtract the maximum, so every exponent is <= 0": (
                 normalise(x, x.min(axis=-1, keepdims=True))
             ),
-            "it divides by the row's maximum of exp, not by the row's sum": (
-                np.exp(x - m) / np.exp(x - m).max(axis=-1, keepdims=True)
-            ),
+            "each row's largest entry is 1 and the rows do not sum to 1: it returns "
+            "exp(x - max) without dividing by the row sum (dividing by the row's largest exp "
+            "gives the same); divide by e.sum(axis=-1, keepdims=True)": np.exp(x - m),
             "it returns log-softmax (the log of the weights): exponentiate, then normalise": (
                 x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
             ),
@@ -128,7 +137,7 @@ def _lines_up_only_in_1d(fn, problem: str, x: np.ndarray) -> bool:
     return _softmax_case(fn, "one row", x.reshape(-1, x.shape[-1])[0]) is None
 
 
-@checker("softmax")
+@checker("softmax", writes=(Library("mha_lib.attention", "softmax", "mha_lib.softmax"),))
 def check_softmax(fn):
     """Check a learner's softmax(x): over the last axis, for x of any shape (..., M).
 
@@ -208,7 +217,8 @@ def _attention_problem(fn, seed: int, N: int, M: int, d_k: int, d_v: int, size: 
     if problem is not None and ("mismatch" in problem or "not aligned" in problem) and N == M:
         return (
             "a matrix product's shapes do not line up: the scores are q @ k.T, "
-            "(N, d_k) @ (d_k, M) (did you forget to transpose k?)"
+            "(N, d_k) @ (d_k, M) (did you forget to transpose k? In numpy, k.transpose(-2, -1) "
+            "or k.transpose(0, 1) leaves a 2-D k as it is: they list the order of all the axes)"
         )
     if problem is None:
         result, problem = _attention_output(result, N, M, d_v, expected, weights)
@@ -256,7 +266,16 @@ def _attention_hints(fn, case: tuple) -> list[tuple[str, Callable[[], bool]]]:
     return hints if size > 1 else hints[1:]
 
 
-@checker("scaled dot-product attention")
+@checker(
+    "scaled dot-product attention",
+    writes=(
+        Library(
+            "mha_lib.attention",
+            "scaled_dot_product_attention",
+            "mha_lib.scaled_dot_product_attention",
+        ),
+    ),
+)
 def check_scaled_dot_product_attention(fn):
     """Check a learner's fn(q, k, v) -> softmax(q kᵀ / √d_k) v for 2-D q (N, d_k), k (M, d_k),
     v (M, d_v). fn may return the output (N, d_v) or a pair (output, weights).
@@ -278,6 +297,13 @@ def check_diagonal_counterexample(fn):
     Arrays are read by value: numpy, nested lists or torch tensors alike.
     """
     result, problem = run(fn)
+    if problem is None and isinstance(result, (tuple, list)) and len(result) == 2:
+        shapes = [np.shape(to_numpy(r)) if hasattr(r, "shape") else None for r in result]
+        if all(shape is not None and len(shape) == 2 for shape in shapes):
+            return (
+                f"it returns a pair of matrices {tuple(shapes)} (X and its weights?): "
+                "return X alone, the tokens (N, C)"
+            )
     if problem is None:
         X, problem = as_array(result, None, "a matrix X (N, C)")
     if problem is not None:
@@ -285,6 +311,12 @@ def check_diagonal_counterexample(fn):
     if X.ndim != 2:
         return f"expected a matrix X of shape (N, C); got shape {X.shape}"
     problem = _counterexample_problem(X)
+    if problem is not None and _looks_like_weights(X):
+        return (
+            f"it returns a square {X.shape} matrix of positive entries whose rows sum to 1, "
+            "like attention weights α, and read as tokens it is no counterexample: return X, "
+            "the tokens (N, C) whose weights break the claim (the checker computes α from X)"
+        )
     if problem is not None and _counterexample_problem(X.T) is None:
         return (
             f"X looks transposed: the rows are the tokens, (N, C), so your {X.shape} array is "
@@ -292,6 +324,13 @@ def check_diagonal_counterexample(fn):
             f"{X.shape[1]} tokens of {X.shape[0]} features, it is a counterexample: return X.T"
         )
     return problem
+
+
+def _looks_like_weights(X: np.ndarray) -> bool:
+    """True for a square matrix of positive entries whose rows sum to 1, as a softmax gives."""
+    if X.shape[0] != X.shape[1] or X.shape[0] < 2 or not np.all(np.isfinite(X)):
+        return False
+    return bool(np.all(X > 0) and np.allclose(X.sum(axis=1), 1, atol=1e-6))
 
 
 def _counterexample_problem(X: np.ndarray) -> str | None:

@@ -18,11 +18,18 @@ import numpy as np
 
 from ..attention import scaled_dot_product_attention, softmax
 from ..example import running_example
-from ._base import as_array, checker, close, diagnose, in_case, mismatch, run
+from ._base import as_array, checker, close, diagnose, in_case, mismatch, numpy_habit
+from ._base import run as _run
 
 __all__ = ["check_attention_with_weights", "check_next_token_head", "check_project_qkv"]
 
 _NAMES = ("X", "W_q", "W_k", "W_v")
+
+
+def run(fn, *args, names: tuple[str, ...] = ()):
+    """`_base.run`, with the torch habit named when the answer raised on numpy arrays."""
+    result, problem = _run(fn, *args, names=names)
+    return result, numpy_habit(problem)
 
 
 def _random_inputs(seed: int, N: int, C: int, d_k: int, d_v: int, size: float = 1.0):

@@ -20,9 +20,26 @@ import numpy as np
 
 from ..attention import softmax
 from ..multihead import merge_heads, multi_head_attention, split_heads
-from ._base import GENERIC, as_array, checker, close, diagnose, in_case, mismatch, run
+from ._base import (
+    GENERIC,
+    Library,
+    as_array,
+    checker,
+    close,
+    diagnose,
+    in_case,
+    mismatch,
+    numpy_habit,
+)
+from ._base import run as _run
 
 __all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
+
+
+def run(fn, *args, names: tuple[str, ...] = ()):
+    """`_base.run`, with the torch habit named when the answer raised on numpy arrays."""
+    result, problem = _run(fn, *args, names=names)
+    return result, numpy_habit(problem)
 
 
 def _labelled(*shape: int) -> np.ndarray:
@@ -84,7 +101,13 @@ def _split_shape(shape: tuple, B: int, N: int, h: int, d: int) -> str | None:
     return None
 
 
-@checker("split_heads")
+@checker(
+    "split_heads",
+    writes=(
+        Library("mha_lib.multihead", "split_heads", "mha_lib.split_heads"),
+        Library("mha_lib.pytorch", "split_heads", "mha_lib.pytorch.split_heads", load=False),
+    ),
+)
 def check_split_heads(fn):
     """Check a learner's split_heads(Y, num_heads): (B, N, h*d) -> (B, h, N, d).
 
@@ -137,7 +160,13 @@ def _merge_shape(shape: tuple, B: int, h: int, N: int, d: int) -> str | None:
     return None
 
 
-@checker("merge_heads")
+@checker(
+    "merge_heads",
+    writes=(
+        Library("mha_lib.multihead", "merge_heads", "mha_lib.merge_heads"),
+        Library("mha_lib.pytorch", "merge_heads", "mha_lib.pytorch.merge_heads", load=False),
+    ),
+)
 def check_merge_heads(fn):
     """Check a learner's merge_heads(Y): (B, h, N, d) -> (B, N, h*d), heads side by side.
 
@@ -350,7 +379,15 @@ def _mha_problem(fn, seed: int, N: int, C: int, h: int, d_k: int, d_v: int, W_o_
     return _explain(problem)
 
 
-@checker("multi_head_attention")
+@checker(
+    "multi_head_attention",
+    writes=(
+        Library("mha_lib.multihead", "multi_head_attention", "mha_lib.multi_head_attention"),
+        Library(
+            "mha_lib.multihead", "multi_head_attention_loop", "mha_lib.multi_head_attention_loop"
+        ),
+    ),
+)
 def check_multi_head_attention(fn):
     """Check a learner's multi_head_attention(X, W_q, W_k, W_v, W_o, num_heads) for one
     sequence X (N, C), with W_q, W_k (C, h*d_k), W_v (C, h*d_v), W_o (h*d_v, C).

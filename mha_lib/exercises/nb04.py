@@ -30,6 +30,7 @@ import numpy as np
 
 from ._base import (
     GENERIC,
+    Library,
     Note,
     as_array,
     checker,
@@ -439,7 +440,16 @@ def _stored_layout(fn, seed: int, B: int, N: int, E: int, h: int) -> str | None:
     return None
 
 
-@checker("attention_forward")
+@checker(
+    "attention_forward",
+    writes=(
+        Library(
+            "mha_lib.pytorch",
+            "MultiHeadAttention.forward",
+            "mha_lib.pytorch.MultiHeadAttention (its forward)",
+        ),
+    ),
+)
 def check_attention_forward(fn):
     """Check fn(x, in_proj_weight, out_proj_weight, num_heads) -> (B, N, E): the forward pass of
     `MultiHeadAttention` for self-attention without biases or masks, weights in torch's
@@ -569,7 +579,12 @@ def _block_problem(fn, case: tuple) -> str | None:
     return problem
 
 
-@checker("pre_ln_block")
+@checker(
+    "pre_ln_block",
+    writes=(
+        Library("mha_lib.block", "TransformerBlock.forward", "blk(x) (TransformerBlock's forward)"),
+    ),
+)
 def check_pre_ln_block(fn):
     """Check fn(x, blk) -> (B, N, E): one pre-LN block with causal self-attention (GPT-2's
     order), computed from the parts of `blk`, a `mha_lib.block.TransformerBlock` in eval mode
