@@ -249,6 +249,8 @@ def _mha_mistakes(X, W_q, W_k, W_v, W_o, h) -> dict[str, np.ndarray]:
         "it divides the scores by √d_v; the scale uses d_k, the width of one head's queries "
         "and keys": _mha_variant(*args, scale=math.sqrt(d_v))[1],
         "it does not divide the scores by √d_k": _mha_variant(*args, scale=1.0)[1],
+        "it divides the scores by √N, the number of tokens; each head divides by √d_k, "
+        "d_k = W_q.shape[1] // num_heads": _mha_variant(*args, scale=math.sqrt(N))[1],
         "it splits the heads with a reshape without transpose ((N, h*d) -> (h, N, d) "
         "directly), which scrambles tokens; reshape to (N, h, d), then transpose": (
             _mha_variant(*args, split="no transpose")[1]
@@ -403,6 +405,14 @@ def check_multi_head_attention(fn):
                     f"it multiplies by W_o.T: W_o has shape (h·d_v, C) = {(h * d_v, C)} and the "
                     "output is Concat(heads) @ W_o (torch's Linear stores the transpose, "
                     "(out, in); numpy's W_o does not)"
+                )
+            if "mismatch" in problem:
+                return (
+                    "a matrix product's shapes do not line up: X (N, C) @ W_q (C, h·d_k); per "
+                    "head q, k (N, d_k) and v (N, d_v), the scores q @ k.T (N, N); "
+                    "Concat(heads) (N, h·d_v) @ W_o (h·d_v, C) (if you wrote k.transpose(-2, "
+                    "-1) for one head's 2-D k: in numpy it changes nothing; use k.T) "
+                    f"[{problem}]"
                 )
             problem = in_case(problem, *_mha_hints(fn, case))
         if problem is not None:
