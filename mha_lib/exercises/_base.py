@@ -417,11 +417,11 @@ def numpy_habit(problem: str | None) -> str | None:
         habit = "numpy's keyword is keepdims=True (with an s), not torch's keepdim=True"
     elif "must be Tensor, not numpy.ndarray" in problem or "expected Tensor as element" in problem:
         name = problem.split("raised TypeError: ", 1)[-1].split("(", 1)[0]
-        function = f"torch.{name}()" if name.isidentifier() else "a torch function"
+        function = f"torch.{name}()" if name.isidentifier() else "torch.cat or torch.stack"
         habit = (
-            f"it passes a numpy array to {function}, which takes tensors: this exercise gives "
-            "numpy arrays, so compute with numpy (np.exp, @, np.concatenate, ...), or convert "
-            "first with torch.as_tensor(x)"
+            f"it passes a numpy array to {function}, which takes tensors: the arguments are "
+            "numpy arrays; convert them first with torch.as_tensor(x), or compute with numpy "
+            "(np.exp, @, np.concatenate, ...)"
         )
     elif "'numpy.ndarray' object has no attribute '" in problem:
         method = problem.split("has no attribute '", 1)[1].split("'", 1)[0]
