@@ -448,8 +448,8 @@ def _forward_problem(
         problem = problem or mismatch(result, expected, _FORWARD)
     if problem is not None and "view size is not compatible" in problem:
         problem = (
-            "view cannot merge the heads after transpose(1, 2): the tensor is no longer "
-            "contiguous; use .reshape(B, N, E), or .contiguous().view(B, N, E) "
+            "view cannot reshape a tensor that is not contiguous, as the heads are after "
+            "transpose(1, 2): merge them with .reshape(B, N, E), or .contiguous().view(B, N, E) "
             f"({problem.removeprefix('your function ')})"
         )
     if problem is None and not is_tensor(raw):
@@ -663,8 +663,9 @@ def _block_problem(fn, case: tuple) -> str | None:
         result, problem = as_array(result, (B, N, E), "a tensor (B, N, E)")
     if problem is not None and "cannot be multiplied" in problem:
         return (
-            "a matrix product's shapes do not line up: a Linear's weight is (out, in), so "
-            "blk.linear1(t) is t @ blk.linear1.weight.T + bias; call the layers "
+            "a matrix product's shapes do not line up: the feed-forward network is "
+            "linear2(relu(linear1(t))), linear1 (E -> F) first, and a Linear's weight is "
+            "(out, in), so t @ weight.T multiplies by it by hand; call the layers "
             f"({problem.removeprefix('your function ')})"
         )
     if problem is None and not close(result, expected):

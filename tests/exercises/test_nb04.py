@@ -424,7 +424,7 @@ FORWARD_WRONG = [
     (forward_over_heads, "it attends over the heads, not the tokens"),
     (forward_with(axis=-2), "softmax over the wrong axis"),
     (forward_scale_d, "divides the scores by d;"),
-    (forward_view_merge, "view cannot merge the heads"),
+    (forward_view_merge, "merge them with .reshape(B, N, E)"),
     (forward_with_dropout, "changes from call to call"),
 ]
 
@@ -600,6 +600,11 @@ def block_pre(
     return fn
 
 
+def block_linears_swapped(x, blk):
+    x = x + blk.self_attn(blk.norm1(x), is_causal=True)[0]
+    return x + blk.linear1(F.relu(blk.linear2(blk.norm2(x))))
+
+
 def block_weight_not_transposed(x, blk):
     x = x + blk.self_attn(blk.norm1(x), is_causal=True)[0]
     return x + F.relu(blk.norm2(x) @ blk.linear1.weight) @ blk.linear2.weight
@@ -632,6 +637,7 @@ BLOCK_WRONG = [
     (block_pre(float_ones=True), "the float mask holds 1s"),
     (block_pre(kv_raw=True), "the keys and values read x unnormalised"),
     (block_weight_not_transposed, "a Linear's weight is (out, in)"),
+    (block_linears_swapped, "linear1 (E -> F) first"),
 ]
 
 
