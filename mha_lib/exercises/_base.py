@@ -380,8 +380,8 @@ _TORCH_METHODS = {
     "contiguous": "numpy needs no .contiguous(): reshape copies when it must",
     "unsqueeze": "numpy's is x[:, None] or np.expand_dims(x, axis)",
     "chunk": "numpy's is np.split(x, 3, axis=-1)",
-    "softmax": "numpy arrays have no softmax method (F.softmax calls x.softmax): compute it "
-    "with np.exp and a sum over the last axis, or use the softmax the notebook gives you",
+    "softmax": "F.softmax calls it; compute the softmax with np.exp and a sum over the last "
+    "axis, or use the softmax the notebook gives you",
     "exp": "numpy's is np.exp(x)",
     "masked_fill": "numpy's is np.where(mask, x, value)",
     "clone": "numpy's is x.copy()",

@@ -193,6 +193,7 @@ def _count_mistakes(C: int, h: int, d_k: int, d_v: int) -> dict[str, int]:
         "W_O acts on all h heads at once: it has h*d_v rows, not d_v": right - (h - 1) * d_v * C,
         "it mixes up d_k and d_v: W_Q^h and W_K^h have d_k columns, W_V^h has d_v, and W_O "
         "has h*d_v rows": 3 * C * h * d_k + h * d_v * C,
+        "it uses d_k for every matrix: W_V^h is (C, d_v) and W_O is (h*d_v, C)": (4 * C * h * d_k),
         "it counts only one of W_Q^h and W_K^h: both have C*d_k weights per head": (
             right - C * h * d_k
         ),

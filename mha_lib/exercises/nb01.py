@@ -125,6 +125,18 @@ def _softmax_case(fn, label: str, x: np.ndarray) -> str | None:
             f"it returns inf or NaN for {label}: subtract each row's maximum before exp "
             "(exp(1e4) overflows, and a row of exp(-1e4) = 0 gives 0/0)"
         )
+    sums = result.sum(axis=-1)
+    if (
+        problem is None
+        and np.all(np.isfinite(sums))
+        and not np.allclose(sums, 1, atol=1e-3)
+        and not close(result, expected, tol=1e-2)  # rounding: said by `mismatch`
+    ):
+        problem = (
+            f"its rows do not sum to 1 (for {label} the row sums run from {sums.min():.3g} to "
+            f"{sums.max():.3g}): divide the exponentials by their own sum over the last axis, "
+            "e / e.sum(axis=-1, keepdims=True), with the same e above and below"
+        )
     return problem or mismatch(result, expected, f"softmax over the last axis for {label}")
 
 
@@ -169,6 +181,7 @@ def _attention_mistakes(q, k, v) -> dict[str, np.ndarray]:
         ),
         "it divides by the square root of a number of tokens (N or M); the scale is √d_k, "
         "with d_k = q.shape[-1]": softmax(scores / math.sqrt(M)) @ v,
+        "it multiplies the scores by √d_k; divide them by √d_k": softmax(scores * s) @ v,
         "it scales after the softmax: divide the scores by √d_k BEFORE the softmax": (
             softmax(scores) / s @ v
         ),
@@ -186,6 +199,34 @@ def _attention_mistakes(q, k, v) -> dict[str, np.ndarray]:
             ),
         }
     return mistakes
+
+
+def _square_probe(fn) -> str | None:
+    """Name what fn computes on q, k, v all of one square shape, where every wrong product fits
+    too, if it is one of the usual shape mistakes; else None."""
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.normal(size=(4, 4)) for _ in range(3))  # N = M = d_k = d_v = 4
+    result, problem = run(fn, q, k, v)
+    if problem is not None:
+        return None
+    expected, weights = scaled_dot_product_attention(q, k, v)
+    result, problem = _attention_output(result, 4, 4, 4, expected, weights)
+    if problem is not None:
+        return None
+    candidates = {
+        "k is not transposed: the scores are q @ k.T, (N, d_k) @ (d_k, M) (in numpy, "
+        "k.transpose(-2, -1) or k.transpose(0, 1) leaves a 2-D k as it is: use k.T)": (
+            softmax(q @ k / 2) @ v
+        ),
+        "it multiplies by v.T: the output is weights @ v, (N, M) @ (M, d_v)": (
+            softmax(q @ k.T / 2) @ v.T
+        ),
+        "k and v are swapped: the scores use the keys, q @ k.T, and the weights multiply the "
+        "values, weights @ v": softmax(q @ v.T / 2) @ k,
+        "it multiplies q and k entry by entry (q * k): the scores are the matrix product "
+        "q @ k.T": softmax(q * k / 2) @ v,
+    }
+    return diagnose(result, candidates)
 
 
 def _attention_output(result, N: int, M: int, d_v: int, expected, weights):
@@ -214,12 +255,17 @@ def _attention_problem(fn, seed: int, N: int, M: int, d_k: int, d_v: int, size: 
     v = rng.normal(size=(M, d_v))  # (M, d_v)
     expected, weights = scaled_dot_product_attention(q, k, v)  # (N, d_v), (N, M)
     result, problem = run(fn, q, k, v, names=("q", "k", "v"))
-    if problem is not None and ("mismatch" in problem or "not aligned" in problem) and N == M:
-        return (
-            "a matrix product's shapes do not line up: the scores are q @ k.T, "
-            "(N, d_k) @ (d_k, M) (did you forget to transpose k? In numpy, k.transpose(-2, -1) "
-            "or k.transpose(0, 1) leaves a 2-D k as it is: they list the order of all the axes)"
-        )
+    if problem is not None and problem.startswith(GENERIC[0]) and "ValueError" in problem:
+        square = _square_probe(fn)  # what the answer computes when every product fits
+        if square is not None:
+            return f"{square} [with N = {N}, M = {M}, d_k = {d_k}, d_v = {d_v} it {problem[14:]}]"
+        if "mismatch" in problem or "not aligned" in problem:
+            return (
+                "a matrix product's shapes do not line up: the scores are q @ k.T, (N, d_k) @ "
+                "(d_k, M), and the output weights @ v, (N, M) @ (M, d_v) (did you forget to "
+                "transpose k? In numpy, k.transpose(-2, -1) or k.transpose(0, 1) leaves a 2-D k "
+                f"as it is: use k.T) [{problem}]"
+            )
     if problem is None:
         result, problem = _attention_output(result, N, M, d_v, expected, weights)
     if problem is None and not close(result, expected):

@@ -150,6 +150,7 @@ COUNT_WRONG = [
     (lambda C, h, d_k, d_v: str(count(C, h, d_k, d_v)), "expected a number"),
     (lambda C, h, d_k, d_v: 1 / 0, "ZeroDivisionError"),
     (lambda C, h, d_k, d_v: count(C, h, d_k, d_v) - h * d_v * C + C * C, "not (C, C)"),
+    (lambda C, h, d_k, d_v: 4 * C * h * d_k, "it uses d_k for every matrix"),
     (lambda C, h, d_k, d_v: h * (2 * C * d_k + C * d_v + h * d_v * C), "count its h*d_v*C"),
     (lambda C, h, d_k, d_v: (h * 2 * C * d_k, h * C * d_v, h * d_v * C), "add them up"),
     (lambda C, h, d_k, d_v: None, "not implemented"),

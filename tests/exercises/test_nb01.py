@@ -125,6 +125,12 @@ SOFTMAX_WRONG = [
     (lambda x: shifted(x, x.max(axis=-1, keepdim=True)), "keepdims=True (with an s)"),
     (lambda x: np.softmax(x, axis=-1), "numpy has no np.softmax"),
     (lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True).view(-1), "calls .view(...)"),
+    # numerator and denominator from different exponentials, or summed over the wrong axis
+    (
+        lambda x: np.exp(x - x.max(axis=-1, keepdims=True)) / np.exp(x).sum(-1, keepdims=True),
+        "its rows do not sum to 1",
+    ),
+    (lambda x: stable_softmax(x) * 1.5, "row sums run from 1.5 to 1.5"),
     (lambda x: np.log(stable_softmax(x)), "log-softmax"),
     (lambda x: stable_softmax(np.asarray(x, dtype=np.float16)), "float16"),
     (in_place, "in place"),
@@ -221,7 +227,7 @@ ATTENTION_WRONG = [
         "weights are transposed",
     ),
     (lambda q, k, v: softmax(q @ k.T) / math.sqrt(q.shape[-1]) @ v, "after the softmax"),
-    (lambda q, k, v: softmax(q @ k / math.sqrt(q.shape[-1])) @ v, "transpose k"),
+    (lambda q, k, v: softmax(q @ k / math.sqrt(q.shape[-1])) @ v, "k is not transposed"),
     (lambda q, k, v: softmax(q @ k.T / math.sqrt(q.shape[-1])), "multiply them by v"),
     (lambda q, k, v: scaled_dot_product_attention(q, k, v)[::-1], "wrong order"),
     (unstable, "large (about 1e3)"),
@@ -232,6 +238,11 @@ ATTENTION_WRONG = [
     (clipped_scores, "right when the scores are about 1 and wrong when they are about 1e3"),
     (lambda q, k, v: sdpa(q, k, v, 0.9 * inv_sqrt(q.shape[-1])), "wrong values"),
     (lambda q, k, v: softmax(q @ k.transpose(-2, -1) / 2) @ v, "k.transpose(-2, -1)"),
+    # shape errors, diagnosed on a probe where every product fits
+    (lambda q, k, v: softmax(q @ k.T / np.sqrt(q.shape[-1])) @ v.T, "it multiplies by v.T"),
+    (lambda q, k, v: softmax(q @ v.T / np.sqrt(q.shape[-1])) @ k, "k and v are swapped"),
+    (lambda q, k, v: softmax(q * k / np.sqrt(q.shape[-1])) @ v, "entry by entry (q * k)"),
+    (lambda q, k, v: softmax(q @ k.T * np.sqrt(q.shape[-1])) @ v, "multiplies the scores by √d_k"),
     (
         lambda q, k, v: torch.softmax(q @ k.T / np.sqrt(q.shape[-1]), dim=-1) @ v,
         "torch.softmax()",
