@@ -117,6 +117,11 @@ def check_project_qkv(fn):
     for seed, N, C, d_k, d_v in _QKV_CASES:
         X, W_q, W_k, W_v = _random_inputs(seed, N, C, d_k, d_v)
         result, problem = run(fn, X, W_q, W_k, W_v, names=_NAMES)
+        if problem is None and not isinstance(result, (tuple, list)) and hasattr(result, "shape"):
+            problem = (
+                f"it returns one array of shape {tuple(result.shape)}: return the three "
+                "arrays as a tuple, (Q, K, V) = (X @ W_q, X @ W_k, X @ W_v)"
+            )
         if problem is None:
             result, problem = _arrays(result, 3, "(Q, K, V)")
         if problem is not None:

@@ -30,6 +30,7 @@ from ._base import (
     in_case,
     mismatch,
     numpy_habit,
+    to_numpy,
 )
 from ._base import run as _run
 
@@ -101,6 +102,12 @@ def _split_shape(shape: tuple, B: int, N: int, h: int, d: int) -> str | None:
     return None
 
 
+def _swaps_sizes(fn) -> bool:
+    """True when fn gives (B, d, N, h) on a probe with other sizes too (h = 2, d = 5)."""
+    result, problem = run(fn, _labelled(1, 3, 10), 2)
+    return problem is None and np.shape(to_numpy(result)) == (1, 5, 3, 2)
+
+
 @checker(
     "split_heads",
     writes=(
@@ -119,6 +126,13 @@ def check_split_heads(fn):
         result, problem = run(fn, Y, h, names=("Y",))
         if problem is None:
             result, problem = as_array(result, None)
+        if problem is None and result.shape == (B, d, N, h) != expected.shape:
+            if _swaps_sizes(fn):  # not a hard-coded count that happens to equal d here
+                return (
+                    f"it returns shape (B, d, N, h) = {result.shape}: {d} heads of {h} "
+                    "features, the sizes swapped; make num_heads pieces, np.split(Y, "
+                    "num_heads, axis=-1) or reshape(B, N, num_heads, d)"
+                )
         if problem is None and result.shape != expected.shape:
             problem = _split_shape(result.shape, B, N, h, d) or (
                 f"expected shape (B, h, N, d) = {expected.shape}; got {result.shape}"
@@ -275,6 +289,10 @@ def _mha_mistakes(X, W_q, W_k, W_v, W_o, h) -> dict[str, np.ndarray]:
         "it uses W_q for the keys too: K = X @ W_k": _mha_variant(X, W_q, W_q, W_v, W_o, h)[1],
         "softmax over the wrong axis: each query's row of weights must sum to 1 "
         "(axis=-1)": _mha_variant(*args, axis=-2)[1],
+        "it adds X to the output (a residual connection): multi-head attention alone is "
+        "Concat(heads) @ W_o; the residual belongs to the block around it": out + X,
+        "it computes a single head over all the columns of W_q, W_k, W_v: split them into "
+        "num_heads heads": _mha_variant(*args[:5], 1)[1],
     }
 
 

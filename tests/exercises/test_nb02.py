@@ -53,7 +53,12 @@ QKV_WRONG = [
     (lambda X, W_q, W_k, W_v: (X @ W_v, X @ W_k, X @ W_q), "wrong order"),
     (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k, 2 * X @ W_v), "V is wrong"),
     (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k), "of 3 arrays; got 2"),
-    (lambda X, W_q, W_k, W_v: X @ W_q, "expected a tuple"),
+    (lambda X, W_q, W_k, W_v: X @ W_q, "it returns one array of shape (4, 4)"),
+    (lambda X, W_q, W_k, W_v: {"Q": X @ W_q, "K": X @ W_k, "V": X @ W_v}, "got dict"),
+    (
+        lambda X, W_q, W_k, W_v: X @ np.concatenate([W_q, W_k, W_v], axis=1),
+        "it returns one array of shape (4, 12)",
+    ),
     (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k, "V"), "tuple (Q, K, V) of arrays"),
     (lambda X, W_q, W_k, W_v: ..., "not implemented"),
     # K and V swapped: once "K is wrong: expected K = X @ W_k"

@@ -108,6 +108,7 @@ SPLIT_WRONG = [
     (lambda Y, h: Y.reshape(*Y.shape[:2], h, -1).transpose(1, 2), "np.swapaxes(x, 1, 2)"),
     (lambda Y, h: np.stack(np.split(Y, h, dim=-1), axis=1), "not torch's dim="),
     (lambda Y, h: np.stack(Y.chunk(h, -1), axis=1), "np.split(x, 3, axis=-1)"),
+    (lambda Y, h: np.stack(np.split(Y, Y.shape[-1] // h, axis=-1), axis=1), "the sizes swapped"),
 ]
 
 
@@ -393,6 +394,8 @@ MHA_WRONG = [
     (not_implemented, "not implemented yet"),
     (raises, "RuntimeError: boom"),
     (mha_with(scale=lambda h, d_k: math.sqrt(5)), "√N, the number of tokens"),
+    (lambda X, *rest: mha_right(X, *rest) + X, "it adds X to the output"),
+    (lambda *args: mha_right(*args[:5], 1), "a single head over all the columns"),
     # torch habits on numpy arrays
     (mha_torch_habit_softmax, "it passes a numpy array to torch.softmax()"),
     (mha_torch_habit_transpose, "np.swapaxes(k, -2, -1)"),
