@@ -249,6 +249,23 @@ def check_causal_attn_mask(fn):
     return problem
 
 
+def _lengths_as_a_row(fn) -> bool:
+    """True when fn, on a batch of B = S sequences (where a row of lengths broadcasts), blocks
+    position j of every row by lengths[j]: the lengths were not made a column."""
+    lengths, S = [3, 1, 4, 2], 4
+    result, problem = run(fn, list(lengths), S)
+    if problem is not None:
+        return False
+    shape = np.shape(to_numpy(result)) if hasattr(result, "shape") else None
+    if shape not in ((S,), (1, S), (S, S)):
+        return False
+    blocked, problem = _blocked(result, shape)
+    row = np.arange(S) >= np.array(lengths)  # (S,): position j against lengths[j]
+    return problem is None and np.array_equal(
+        np.broadcast_to(blocked, (S, S)), np.broadcast_to(row, (S, S))
+    )
+
+
 @checker("key_padding_mask")
 def check_key_padding_mask(fn):
     """Check fn(lengths, S) -> (B, S) key_padding_mask, True (or -inf) on the padding keys,
@@ -259,6 +276,12 @@ def check_key_padding_mask(fn):
         lens = np.array(lengths)[:, None]  # (B, 1)
         expected = positions >= lens  # (B, S), True on padding
         result, problem = run(fn, list(lengths), S)
+        if problem is not None and problem.startswith(GENERIC[0]) and _lengths_as_a_row(fn):
+            return (
+                "the lengths are not a column: compare the positions (1, S) with the lengths "
+                "as (B, 1), torch.tensor(lengths)[:, None], so that row b uses lengths[b] "
+                f"({problem[14:]})"
+            )
         if problem is None:
             shape = np.shape(to_numpy(result)) if hasattr(result, "shape") else None
             if shape == (B, 1, 1, S):
@@ -427,6 +450,13 @@ def _forward_problem(
     tensors = [torch.from_numpy(a.copy()) for a in given]
     result, problem = run(fn, *tensors, h, names=("x", "in_proj_weight", "out_proj_weight"))
     if problem is None and isinstance(result, (tuple, list)) and len(result) == 2:
+        first, second = (as_array(r, None)[0] for r in result)
+        if (
+            (first is None or first.shape != (B, N, E))
+            and second is not None
+            and close(second, expected)
+        ):
+            return "the pair is in the wrong order: a module returns (output, weights)"
         result = result[0]  # a module's (output, weights) pair
     raw = result
     if problem is None:
@@ -512,6 +542,12 @@ def check_attention_forward(fn):
         problem = _forward_problem(fn, seed, B, N, E, h)
         if problem is not None and problem.startswith(GENERIC):
             problem = _stored_layout(fn, seed, B, N, E, h) or problem
+        if problem is not None and "must match the size of tensor" in problem:
+            problem = (
+                "two tensors' sizes do not match: after the split, q, k and v are (B, h, N, d) "
+                "and the scores q @ k.transpose(-2, -1) are (B, h, N, N) (k.transpose(1, 2) "
+                f"would swap the heads and the tokens instead) ({problem[14:]})"
+            )
         if problem is not None and not isinstance(problem, Note) and h != 2:
             hint = (
                 f"it is right with 2 heads and wrong with {h}: do not hard-code the number of "

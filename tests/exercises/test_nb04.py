@@ -260,6 +260,10 @@ KEY_PADDING_WRONG = [
     (lambda lengths, S: reference_key_padding_mask(lengths, S).long(), "not integers"),
     (lambda lengths, S: torch.zeros(len(lengths), S, dtype=torch.bool), "blocks nothing"),
     (lambda lengths, S: 1 / 0, "ZeroDivisionError"),
+    (
+        lambda lengths, S: torch.arange(S)[None, :] >= torch.tensor(lengths),
+        "the lengths are not a column",
+    ),
 ]
 
 
@@ -393,6 +397,16 @@ def forward_view_merge(x, in_proj_weight, out_proj_weight, num_heads):
     return F.linear((weights @ v).transpose(1, 2).view(B, N, E), out_proj_weight)
 
 
+def forward_k_transposed_1_2(x, in_proj_weight, out_proj_weight, num_heads):
+    """Written out with k.transpose(1, 2) on (B, h, N, d): heads and tokens swapped."""
+    E = x.shape[-1]
+    q, k, v = (
+        mha_lib.pytorch.split_heads(t, num_heads) for t in F.linear(x, in_proj_weight).chunk(3, -1)
+    )
+    weights = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(E // num_heads), dim=-1)
+    return F.linear(mha_lib.pytorch.merge_heads(weights @ v), out_proj_weight)
+
+
 def forward_with_dropout(x, in_proj_weight, out_proj_weight, num_heads):
     _B, _N, _E = x.shape
     q, k, v = (
@@ -426,6 +440,8 @@ FORWARD_WRONG = [
     (forward_scale_d, "divides the scores by d;"),
     (forward_view_merge, "merge them with .reshape(B, N, E)"),
     (forward_with_dropout, "changes from call to call"),
+    (lambda x, a, b, h: (None, forward_sdpa(x, a, b, h)), "the pair is in the wrong order"),
+    (forward_k_transposed_1_2, "k.transpose(1, 2) would swap the heads and the tokens"),
 ]
 
 
