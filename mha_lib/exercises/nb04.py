@@ -675,6 +675,17 @@ def _block_mistakes(x, blk) -> dict[str, np.ndarray]:
             "the float mask holds 1s, and a float mask is ADDED to the scores, so it blocks "
             "nothing: use a bool mask (True above the diagonal) or 0 and -inf, or "
             "is_causal=True": then_ff(x + attend(n1(x), mask=float_ones)),
+            "it returns the attention sublayer's output alone, attn(norm1(x)) (the first of "
+            "self_attn's (output, weights)): add the residual x, then the feed-forward "
+            "sublayer": attend(n1(x)),
+            "the mask blocks the past (True below the diagonal): True marks the keys a query "
+            "may NOT attend to, the future ones, triu(diagonal=1)": then_ff(
+                x + attend(n1(x), mask=torch.ones(N, N, dtype=torch.bool).tril(-1))
+            ),
+            "the mask also blocks the diagonal (triu(diagonal=0)): token i may attend to "
+            "itself, triu(diagonal=1)": then_ff(
+                x + attend(n1(x), mask=torch.ones(N, N, dtype=torch.bool).triu(0))
+            ),
             "the keys and values read x unnormalised: self-attention on norm1(x) uses norm1(x) "
             "as query, key and value (blk.self_attn(norm1(x), is_causal=True))": then_ff(
                 x + blk.self_attn(n1(x), x, x, is_causal=True)[0]
@@ -697,6 +708,11 @@ def _block_problem(fn, case: tuple) -> str | None:
     raw = result
     if problem is None:
         result, problem = as_array(result, (B, N, E), "a tensor (B, N, E)")
+    if problem is not None and "Can't call numpy() on Tensor that requires grad" in problem:
+        return (
+            "it calls .numpy() on a tensor that autograd follows (the block's parameters "
+            "require grad): return the tensor itself"
+        )
     if problem is not None and "cannot be multiplied" in problem:
         return (
             "a matrix product's shapes do not line up: the feed-forward network is "

@@ -588,6 +588,7 @@ def block_pre(
     bias=True,
     float_ones=False,
     kv_raw=False,
+    mask=None,
 ):
     """A learner's pre-LN block written from the parts, with one mistake switched on."""
 
@@ -597,7 +598,9 @@ def block_pre(
         if plain_norm:
             n1 = n2 = functools.partial(F.layer_norm, normalized_shape=x.shape[-1:])
         t = n1(x) if attn_norm else x
-        if float_ones:
+        if mask is not None:
+            a = blk.self_attn(t, attn_mask=mask(N))[0]
+        elif float_ones:
             a = blk.self_attn(t, attn_mask=torch.ones(N, N, dtype=x.dtype).triu(1))[0]
         elif kv_raw:
             a = blk.self_attn(t, x, x, is_causal=True)[0]
@@ -654,6 +657,10 @@ BLOCK_WRONG = [
     (block_pre(kv_raw=True), "the keys and values read x unnormalised"),
     (block_weight_not_transposed, "a Linear's weight is (out, in)"),
     (block_linears_swapped, "linear1 (E -> F) first"),
+    (lambda x, blk: blk.self_attn(blk.norm1(x), is_causal=True), "attention sublayer's output"),
+    (block_pre(mask=lambda N: torch.ones(N, N, dtype=torch.bool).tril(-1)), "blocks the past"),
+    (block_pre(mask=lambda N: torch.ones(N, N, dtype=torch.bool).triu(0)), "also blocks the diag"),
+    (lambda x, blk: block_from_parts(x, blk).numpy(), "it calls .numpy() on a tensor"),
 ]
 
 
