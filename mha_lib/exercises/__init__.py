@@ -11,7 +11,11 @@ odd sizes, a batch axis where the exercise has one. One rule for answers in
 every checker: the values are judged, not the container; a numpy array, a list
 or a torch tensor (any device, requires_grad, nn.Parameter) is read the same
 way. Where the exercise asks for a tensor (notebook 04) a correct numpy answer
-passes with a note.
+passes with a note. An answer that calls the library's own version of the function
+the exercise asks for (`mha_lib.softmax` in the softmax exercise, ...) is rejected with a
+message naming it; the library's other functions stay allowed (see `_base.watching`).
+An error that a torch habit raises on numpy arrays (.view, .permute, .transpose(1, 2),
+dim=, torch.softmax) is named as such (`_base.numpy_habit`).
 
 This package stays numpy-only. The checkers of notebooks 05, 07, 12, 13, 14 and 15 import torch
 only when they run, so they are re-exported here; the modules `nb04` and `nb08`

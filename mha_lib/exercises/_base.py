@@ -17,7 +17,10 @@ exercises that give numpy arrays).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
+import sys
 import warnings
 from collections.abc import Callable
 
@@ -33,18 +36,23 @@ class Note(str):
 GENERIC = ("your function raised", "wrong values", "expected shape", "expected an array")
 
 
-def checker(name: str):
+def checker(name: str, writes: tuple[Library, ...] = ()):
     """Turn `body(fn) -> problem` (None, a Note, or a message) into `check(fn) -> bool`.
 
     The check prints exactly one line and never raises: if reading a strange
     answer makes the body itself fail, that failure becomes the message.
+    `writes`: the library's own versions of what the exercise asks the learner to write;
+    an answer that calls one of them is rejected with a message naming it (see `watching`).
     """
 
     def wrap(body: Callable) -> Callable:
         @functools.wraps(body)
         def check(fn) -> bool:
             try:
-                problem = body(fn)
+                with watching(fn, writes) as used:
+                    problem = body(fn)
+                if used:
+                    problem = _library_message(used[0], problem)
             except Exception as exc:  # an answer the checker could not read
                 problem = f"could not check the answer ({type(exc).__name__}: {exc})"
             return report(name, problem)
@@ -52,6 +60,147 @@ def checker(name: str):
         return check
 
     return wrap
+
+
+class Library:
+    """A library function (or method) that an exercise asks the learner to write.
+
+    module, qualname: where it lives ("mha_lib.attention", "softmax" or
+    "TransformerBlock.forward"); shown: how the message names it; load: import the module if
+    it is not imported yet (False for a module that would import torch into a numpy checker:
+    then it is watched only once something else has imported it).
+    """
+
+    def __init__(self, module: str, qualname: str, shown: str, load: bool = True):
+        self.module, self.qualname, self.shown, self.load = module, qualname, shown, load
+
+    def resolve(self):
+        """(owner, attribute name, the function), or None when its module is not loaded."""
+        if self.module not in sys.modules and not self.load:
+            return None
+        owner = importlib.import_module(self.module)
+        *path, attr = self.qualname.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        return owner, attr, getattr(owner, attr)
+
+
+_IN_LEARNER = [0]  # > 0 while `run` calls the learner's function
+
+
+def _library_message(shown: str, problem) -> str:
+    """Reject an answer that called the library's own version of the exercise's function."""
+    message = (
+        f"it calls {shown}, the library's own version of what this exercise asks for: the "
+        "exercise asks you to write it yourself (other library functions the notebook gave "
+        "you are fine)"
+    )
+    if problem is None or isinstance(problem, Note):
+        return message
+    return f"{problem} (and it calls {shown}, which this exercise asks you to write yourself)"
+
+
+def _functions_of(fn, depth: int = 0) -> list:
+    """The plain functions behind a learner's callable: itself, through functools.partial,
+    bound methods, decorators' __wrapped__, a callable object's __call__, and the functions it
+    holds in its closure or defaults (a lambda wrapping a helper)."""
+    if depth > 4:
+        return []
+    found = []
+    try:
+        if isinstance(fn, functools.partial):
+            return [fn] + _functions_of(fn.func, depth + 1)
+        inner = getattr(fn, "__func__", None) or getattr(fn, "__wrapped__", None)
+        if inner is not None and inner is not fn:
+            found += _functions_of(inner, depth + 1)
+        if not hasattr(fn, "__code__") and not isinstance(fn, type) and callable(fn):
+            call = type(fn).__call__
+            if hasattr(call, "__code__"):
+                found += _functions_of(call, depth + 1)
+        if hasattr(fn, "__code__"):
+            found.append(fn)
+            held = [c.cell_contents for c in (fn.__closure__ or ()) if _filled(c)]
+            held += list(fn.__defaults__ or ()) + list((fn.__kwdefaults__ or {}).values())
+            for value in held:
+                if hasattr(value, "__code__") or isinstance(value, functools.partial):
+                    found += _functions_of(value, depth + 1)
+    except Exception:  # a strange object: nothing more to find
+        pass
+    return found
+
+
+def _holds(f, original) -> bool:
+    """True for a functools.partial holding `original` as its function or an argument."""
+    if not isinstance(f, functools.partial):
+        return False
+    return any(a is original for a in (f.func, *f.args, *f.keywords.values()))
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018
+    except ValueError:  # an empty cell
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def watching(fn, libraries: tuple[Library, ...]):
+    """While the body runs, replace each library function wherever the learner's function can
+    reach it (the attribute of every loaded mha_lib module that holds it, the names bound to it
+    in fn's globals, its closure and defaults, and for a method its class) by a wrapper that
+    records a call made while `run` calls the learner's function; yield the list of what was
+    called (each by its `shown` name). Everything is put back afterwards, also when something
+    raises. A learner's function that IS the library function (or a partial of it) is recorded
+    at once."""
+    used: list[str] = []
+    undo: list[Callable[[], None]] = []
+    try:
+        targets = [(lib, lib.resolve()) for lib in libraries]
+        functions = _functions_of(fn)
+        for lib, found in targets:
+            if found is None:
+                continue
+            owner, attr, original = found
+            if any(f is original or _holds(f, original) for f in functions):
+                used.append(lib.shown)  # called without passing through a name we can replace
+            wrapper = _recording(original, lib.shown, used)
+            if isinstance(owner, type):  # a method: its class is the one place to replace it
+                setattr(owner, attr, wrapper)
+                undo.append(functools.partial(setattr, owner, attr, original))
+                continue
+            spaces = [
+                vars(m) for name, m in list(sys.modules.items()) if name.startswith("mha_lib")
+            ]
+            spaces += [f.__globals__ for f in functions if hasattr(f, "__globals__")]
+            for space in {id(s): s for s in spaces}.values():
+                for key, value in list(space.items()):
+                    if value is original:
+                        space[key] = wrapper
+                        undo.append(functools.partial(space.__setitem__, key, original))
+            for f in functions:
+                for cell in getattr(f, "__closure__", None) or ():
+                    if _filled(cell) and cell.cell_contents is original:
+                        cell.cell_contents = wrapper
+                        undo.append(functools.partial(setattr, cell, "cell_contents", original))
+                defaults = getattr(f, "__defaults__", None)
+                if defaults and any(d is original for d in defaults):
+                    f.__defaults__ = tuple(wrapper if d is original else d for d in defaults)
+                    undo.append(functools.partial(setattr, f, "__defaults__", defaults))
+        yield used
+    finally:
+        for restore in reversed(undo):
+            restore()
+
+
+def _recording(original: Callable, shown: str, used: list[str]) -> Callable:
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        if _IN_LEARNER[0] > 0 and shown not in used:
+            used.append(shown)
+        return original(*args, **kwargs)
+
+    return wrapper
 
 
 def report(name: str, problem: str | None) -> bool:
@@ -72,7 +221,11 @@ def run(fn: Callable, *args, names: tuple[str, ...] = ()):
     try:  # overflow is diagnosed, not warned about; a check prints one line, no warning
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = fn(*copies)
+            _IN_LEARNER[0] += 1
+            try:
+                result = fn(*copies)
+            finally:
+                _IN_LEARNER[0] -= 1
     except Exception as exc:  # a learner's error is feedback, not a crash
         return None, f"your function raised {type(exc).__name__}: {_first_line(exc)}"
     for i, (a, c) in enumerate(zip(args, copies)):
@@ -218,3 +371,79 @@ def run_as(fn: Callable, kind: str, *args, names: tuple[str, ...] = ()):
         + ", or the follow-up fails the same way"
     )
     return again, None, note
+
+
+# What torch habits raise on the numpy arrays of notebooks 01-03, and what to write instead.
+_TORCH_METHODS = {
+    "permute": "numpy's is .transpose with the new order of ALL the axes, e.g. "
+    "Y.transpose(0, 2, 1, 3)",
+    "contiguous": "numpy needs no .contiguous(): reshape copies when it must",
+    "unsqueeze": "numpy's is x[:, None] or np.expand_dims(x, axis)",
+    "chunk": "numpy's is np.split(x, 3, axis=-1)",
+    "softmax": "F.softmax calls it; compute the softmax with np.exp and a sum over the last "
+    "axis, or use the softmax the notebook gives you",
+    "exp": "numpy's is np.exp(x)",
+    "masked_fill": "numpy's is np.where(mask, x, value)",
+    "clone": "numpy's is x.copy()",
+    "t": "numpy's is x.T",
+    "float": "numpy's is x.astype(float)",
+    "numel": "numpy's is x.size",
+    "matmul": "numpy's is x @ y",
+}
+
+
+def numpy_habit(problem: str | None) -> str | None:
+    """Name the torch habit behind an error that an answer raised on numpy arrays (torch's
+    .view, .permute, .transpose(1, 2), dim=, keepdim=, torch functions on numpy arrays), or
+    return the problem unchanged."""
+    if problem is None or not problem.startswith(GENERIC[0]):
+        return problem
+    raised = problem.removeprefix("your function ")
+    habit = None
+    if "view() takes from" in problem or "as a data type" in problem:
+        habit = (
+            "it calls .view(...) with sizes on a numpy array, a torch habit: numpy's view "
+            "reinterprets the dtype; use .reshape(...)"
+        )
+    elif "axes don't match array" in problem:
+        habit = (
+            "numpy's .transpose(...) takes the new order of ALL the axes (e.g. "
+            ".transpose(0, 2, 1, 3)), not torch's two axes to swap: .transpose(1, 2) in torch "
+            "is np.swapaxes(x, 1, 2), and k.transpose(-2, -1) is np.swapaxes(k, -2, -1)"
+        )
+    elif "unexpected keyword argument 'dim'" in problem:
+        habit = "numpy's keyword is axis=..., not torch's dim=..."
+    elif "unexpected keyword argument 'keepdim'" in problem:
+        habit = "numpy's keyword is keepdims=True (with an s), not torch's keepdim=True"
+    elif "must be Tensor, not numpy.ndarray" in problem or "expected Tensor as element" in problem:
+        name = problem.split("raised TypeError: ", 1)[-1].split("(", 1)[0]
+        function = f"torch.{name}()" if name.isidentifier() else "torch.cat or torch.stack"
+        habit = (
+            f"it passes a numpy array to {function}, which takes tensors: the arguments are "
+            "numpy arrays; convert them first with torch.as_tensor(x), or compute with numpy "
+            "(np.exp, @, np.concatenate, ...)"
+        )
+    elif "'numpy.ndarray' object has no attribute '" in problem:
+        method = problem.split("has no attribute '", 1)[1].split("'", 1)[0]
+        if method in _TORCH_METHODS:
+            habit = (
+                f"numpy arrays have no .{method}(), a torch tensor method: {_TORCH_METHODS[method]}"
+            )
+    elif "module 'numpy' has no attribute 'softmax'" in problem:
+        habit = (
+            "numpy has no np.softmax: compute it with np.exp and a sum over the last axis "
+            "(or use the softmax the notebook gives you)"
+        )
+    elif "'int' object is not callable" in problem:
+        habit = (
+            "it calls an int: numpy's x.size is the number of entries, not torch's "
+            "x.size(dim); use x.shape[dim]"
+        )
+    elif "unsupported operand type(s) for @: 'numpy.ndarray' and 'Tensor'" in problem or (
+        "for @: 'Tensor' and 'numpy.ndarray'" in problem
+    ):
+        habit = (
+            "it multiplies a numpy array by a torch tensor: convert one side first "
+            "(torch.as_tensor(x), or t.numpy())"
+        )
+    return problem if habit is None else f"{habit} (it {raised})"

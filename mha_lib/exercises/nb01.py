@@ -21,21 +21,30 @@ import numpy as np
 from ..attention import scaled_dot_product_attention, self_attention, softmax
 from ._base import (
     GENERIC,
+    Library,
     as_array,
     checker,
     close,
     diagnose,
     in_case,
     mismatch,
-    run,
+    numpy_habit,
     to_numpy,
 )
+from ._base import run as _run
 
 __all__ = [
     "check_diagonal_counterexample",
     "check_scaled_dot_product_attention",
     "check_softmax",
 ]
+
+
+def run(fn, *args, names: tuple[str, ...] = ()):
+    """`_base.run`, with the torch habit named when the answer raised on numpy arrays."""
+    result, problem = _run(fn, *args, names=names)
+    return result, numpy_habit(problem)
+
 
 # (what is special, x): the order matters, each case catching what the earlier ones cannot.
 _SOFTMAX_CASES = (
@@ -81,9 +90,9 @@ def _softmax_mistakes(x: np.ndarray) -> dict[str, np.ndarray]:
             "it subtracts each row's MINIMUM: subtract the maximum, so every exponent is <= 0": (
                 normalise(x, x.min(axis=-1, keepdims=True))
             ),
-            "it divides by the row's maximum of exp, not by the row's sum": (
-                np.exp(x - m) / np.exp(x - m).max(axis=-1, keepdims=True)
-            ),
+            "each row's largest entry is 1 and the rows do not sum to 1: it returns "
+            "exp(x - max) without dividing by the row sum (dividing by the row's largest exp "
+            "gives the same); divide by e.sum(axis=-1, keepdims=True)": np.exp(x - m),
             "it returns log-softmax (the log of the weights): exponentiate, then normalise": (
                 x - m - np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
             ),
@@ -116,6 +125,18 @@ def _softmax_case(fn, label: str, x: np.ndarray) -> str | None:
             f"it returns inf or NaN for {label}: subtract each row's maximum before exp "
             "(exp(1e4) overflows, and a row of exp(-1e4) = 0 gives 0/0)"
         )
+    sums = result.sum(axis=-1)
+    if (
+        problem is None
+        and np.all(np.isfinite(sums))
+        and not np.allclose(sums, 1, atol=1e-3)
+        and not close(result, expected, tol=1e-2)  # rounding: said by `mismatch`
+    ):
+        problem = (
+            f"its rows do not sum to 1 (for {label} the row sums run from {sums.min():.3g} to "
+            f"{sums.max():.3g}): divide the exponentials by their own sum over the last axis, "
+            "e / e.sum(axis=-1, keepdims=True), with the same e above and below"
+        )
     return problem or mismatch(result, expected, f"softmax over the last axis for {label}")
 
 
@@ -128,7 +149,7 @@ def _lines_up_only_in_1d(fn, problem: str, x: np.ndarray) -> bool:
     return _softmax_case(fn, "one row", x.reshape(-1, x.shape[-1])[0]) is None
 
 
-@checker("softmax")
+@checker("softmax", writes=(Library("mha_lib.attention", "softmax", "mha_lib.softmax"),))
 def check_softmax(fn):
     """Check a learner's softmax(x): over the last axis, for x of any shape (..., M).
 
@@ -160,6 +181,7 @@ def _attention_mistakes(q, k, v) -> dict[str, np.ndarray]:
         ),
         "it divides by the square root of a number of tokens (N or M); the scale is √d_k, "
         "with d_k = q.shape[-1]": softmax(scores / math.sqrt(M)) @ v,
+        "it multiplies the scores by √d_k; divide them by √d_k": softmax(scores * s) @ v,
         "it scales after the softmax: divide the scores by √d_k BEFORE the softmax": (
             softmax(scores) / s @ v
         ),
@@ -177,6 +199,34 @@ def _attention_mistakes(q, k, v) -> dict[str, np.ndarray]:
             ),
         }
     return mistakes
+
+
+def _square_probe(fn) -> str | None:
+    """Name what fn computes on q, k, v all of one square shape, where every wrong product fits
+    too, if it is one of the usual shape mistakes; else None."""
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.normal(size=(4, 4)) for _ in range(3))  # N = M = d_k = d_v = 4
+    result, problem = run(fn, q, k, v)
+    if problem is not None:
+        return None
+    expected, weights = scaled_dot_product_attention(q, k, v)
+    result, problem = _attention_output(result, 4, 4, 4, expected, weights)
+    if problem is not None:
+        return None
+    candidates = {
+        "k is not transposed: the scores are q @ k.T, (N, d_k) @ (d_k, M) (in numpy, "
+        "k.transpose(-2, -1) or k.transpose(0, 1) leaves a 2-D k as it is: use k.T)": (
+            softmax(q @ k / 2) @ v
+        ),
+        "it multiplies by v.T: the output is weights @ v, (N, M) @ (M, d_v)": (
+            softmax(q @ k.T / 2) @ v.T
+        ),
+        "k and v are swapped: the scores use the keys, q @ k.T, and the weights multiply the "
+        "values, weights @ v": softmax(q @ v.T / 2) @ k,
+        "it multiplies q and k entry by entry (q * k): the scores are the matrix product "
+        "q @ k.T": softmax(q * k / 2) @ v,
+    }
+    return diagnose(result, candidates)
 
 
 def _attention_output(result, N: int, M: int, d_v: int, expected, weights):
@@ -205,11 +255,17 @@ def _attention_problem(fn, seed: int, N: int, M: int, d_k: int, d_v: int, size: 
     v = rng.normal(size=(M, d_v))  # (M, d_v)
     expected, weights = scaled_dot_product_attention(q, k, v)  # (N, d_v), (N, M)
     result, problem = run(fn, q, k, v, names=("q", "k", "v"))
-    if problem is not None and ("mismatch" in problem or "not aligned" in problem) and N == M:
-        return (
-            "a matrix product's shapes do not line up: the scores are q @ k.T, "
-            "(N, d_k) @ (d_k, M) (did you forget to transpose k?)"
-        )
+    if problem is not None and problem.startswith(GENERIC[0]) and "ValueError" in problem:
+        square = _square_probe(fn)  # what the answer computes when every product fits
+        if square is not None:
+            return f"{square} [with N = {N}, M = {M}, d_k = {d_k}, d_v = {d_v} it {problem[14:]}]"
+        if "mismatch" in problem or "not aligned" in problem:
+            return (
+                "a matrix product's shapes do not line up: the scores are q @ k.T, (N, d_k) @ "
+                "(d_k, M), and the output weights @ v, (N, M) @ (M, d_v) (did you forget to "
+                "transpose k? In numpy, k.transpose(-2, -1) or k.transpose(0, 1) leaves a 2-D k "
+                f"as it is: use k.T) [{problem}]"
+            )
     if problem is None:
         result, problem = _attention_output(result, N, M, d_v, expected, weights)
     if problem is None and not close(result, expected):
@@ -256,7 +312,16 @@ def _attention_hints(fn, case: tuple) -> list[tuple[str, Callable[[], bool]]]:
     return hints if size > 1 else hints[1:]
 
 
-@checker("scaled dot-product attention")
+@checker(
+    "scaled dot-product attention",
+    writes=(
+        Library(
+            "mha_lib.attention",
+            "scaled_dot_product_attention",
+            "mha_lib.scaled_dot_product_attention",
+        ),
+    ),
+)
 def check_scaled_dot_product_attention(fn):
     """Check a learner's fn(q, k, v) -> softmax(q kᵀ / √d_k) v for 2-D q (N, d_k), k (M, d_k),
     v (M, d_v). fn may return the output (N, d_v) or a pair (output, weights).
@@ -278,6 +343,13 @@ def check_diagonal_counterexample(fn):
     Arrays are read by value: numpy, nested lists or torch tensors alike.
     """
     result, problem = run(fn)
+    if problem is None and isinstance(result, (tuple, list)) and len(result) == 2:
+        shapes = [np.shape(to_numpy(r)) if hasattr(r, "shape") else None for r in result]
+        if all(shape is not None and len(shape) == 2 for shape in shapes):
+            return (
+                f"it returns a pair of matrices {tuple(shapes)} (X and its weights?): "
+                "return X alone, the tokens (N, C)"
+            )
     if problem is None:
         X, problem = as_array(result, None, "a matrix X (N, C)")
     if problem is not None:
@@ -285,6 +357,12 @@ def check_diagonal_counterexample(fn):
     if X.ndim != 2:
         return f"expected a matrix X of shape (N, C); got shape {X.shape}"
     problem = _counterexample_problem(X)
+    if problem is not None and _looks_like_weights(X):
+        return (
+            f"it returns a square {X.shape} matrix of positive entries whose rows sum to 1, "
+            "like attention weights α, and read as tokens it is no counterexample: return X, "
+            "the tokens (N, C) whose weights break the claim (the checker computes α from X)"
+        )
     if problem is not None and _counterexample_problem(X.T) is None:
         return (
             f"X looks transposed: the rows are the tokens, (N, C), so your {X.shape} array is "
@@ -292,6 +370,13 @@ def check_diagonal_counterexample(fn):
             f"{X.shape[1]} tokens of {X.shape[0]} features, it is a counterexample: return X.T"
         )
     return problem
+
+
+def _looks_like_weights(X: np.ndarray) -> bool:
+    """True for a square matrix of positive entries whose rows sum to 1, as a softmax gives."""
+    if X.shape[0] != X.shape[1] or X.shape[0] < 2 or not np.all(np.isfinite(X)):
+        return False
+    return bool(np.all(X > 0) and np.allclose(X.sum(axis=1), 1, atol=1e-6))
 
 
 def _counterexample_problem(X: np.ndarray) -> str | None:

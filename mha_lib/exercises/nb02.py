@@ -18,11 +18,18 @@ import numpy as np
 
 from ..attention import scaled_dot_product_attention, softmax
 from ..example import running_example
-from ._base import as_array, checker, close, diagnose, in_case, mismatch, run
+from ._base import as_array, checker, close, diagnose, in_case, mismatch, numpy_habit
+from ._base import run as _run
 
 __all__ = ["check_attention_with_weights", "check_next_token_head", "check_project_qkv"]
 
 _NAMES = ("X", "W_q", "W_k", "W_v")
+
+
+def run(fn, *args, names: tuple[str, ...] = ()):
+    """`_base.run`, with the torch habit named when the answer raised on numpy arrays."""
+    result, problem = _run(fn, *args, names=names)
+    return result, numpy_habit(problem)
 
 
 def _random_inputs(seed: int, N: int, C: int, d_k: int, d_v: int, size: float = 1.0):
@@ -69,6 +76,34 @@ def _projection_mistakes(X, W_q, W_k, W_v) -> dict[str, np.ndarray]:
     }
 
 
+def _mixed_projections(result, expected) -> str | None:
+    """Name (Q, K, V) built from the right products but with the wrong weights or in the wrong
+    places ((Q, V, K), (Q, K, K), ...), or None when some array is none of X W_q, X W_k, X W_v."""
+    labels, weights = "QKV", ("W_q", "W_k", "W_v")
+    sources = []
+    for r in result:
+        found = [i for i, e in enumerate(expected) if close(r, e)]
+        if not found:
+            return None
+        sources.append(found[0])
+    if sorted(sources) == [0, 1, 2]:  # the right three, in the wrong places
+        wrong = [i for i in range(3) if sources[i] != i]
+        if len(wrong) == 2:
+            a, b = (labels[i] for i in wrong)
+            return (
+                f"{a} and {b} are swapped: it returns X @ {weights[sources[wrong[0]]]} as "
+                f"{a} and X @ {weights[sources[wrong[1]]]} as {b}; return (Q, K, V) = "
+                "(X @ W_q, X @ W_k, X @ W_v)"
+            )
+        got = ", ".join(f"X @ {weights[i]}" for i in sources)
+        return f"the arrays are in the wrong order ({got}): return (Q, K, V)"
+    i = next(i for i in range(3) if sources[i] != i)
+    return (
+        f"{labels[i]} is computed with {weights[sources[i]]}: {labels[i]} = X @ {weights[i]} "
+        "(each projection has its own matrix)"
+    )
+
+
 # (seed, N, C, d_k, d_v): all equal first, so that mistakes keep the shape; then all different.
 _QKV_CASES = ((20, 4, 4, 4, 4), (21, 5, 4, 3, 2))
 
@@ -82,6 +117,11 @@ def check_project_qkv(fn):
     for seed, N, C, d_k, d_v in _QKV_CASES:
         X, W_q, W_k, W_v = _random_inputs(seed, N, C, d_k, d_v)
         result, problem = run(fn, X, W_q, W_k, W_v, names=_NAMES)
+        if problem is None and not isinstance(result, (tuple, list)) and hasattr(result, "shape"):
+            problem = (
+                f"it returns one array of shape {tuple(result.shape)}: return the three "
+                "arrays as a tuple, (Q, K, V) = (X @ W_q, X @ W_k, X @ W_v)"
+            )
         if problem is None:
             result, problem = _arrays(result, 3, "(Q, K, V)")
         if problem is not None:
@@ -91,6 +131,7 @@ def check_project_qkv(fn):
             continue
         if N == C == d_k == d_v and all(r.shape == (N, N) for r in result):
             problem = diagnose(np.stack(result), _projection_mistakes(X, W_q, W_k, W_v))
+            problem = problem or _mixed_projections(result, expected)
             if problem:
                 return problem
         for label, r, e, w in zip("QKV", result, expected, ("W_q", "W_k", "W_v")):
@@ -124,6 +165,7 @@ def _attention_mistakes(X, W_q, W_k, W_v) -> dict[str, np.ndarray]:
         ),
         "the scores are not scaled: divide Q Kᵀ by √d_k": softmax(S) @ V,
         "it divides the scores by d_k; divide by √d_k": softmax(S / d_k) @ V,
+        "it multiplies the scores by √d_k; divide them by √d_k": softmax(S * np.sqrt(d_k)) @ V,
         "the attention weights are transposed: use weights @ V with the weights normalised "
         "over each row (one row per query)": A.T @ V,
         "softmax is taken over the wrong axis: each ROW (one query) must sum to 1, use "
@@ -150,6 +192,8 @@ def _shape_mistake(result, X, W_q, W_k, W_v) -> str | None:
         return "it uses K as the values: multiply the weights by V = X @ W_v"
     if close(result, A @ Q):
         return "it uses Q as the values: multiply the weights by V = X @ W_v"
+    if close(result, (A @ (X @ W_v)).T):
+        return "the output is transposed: weights @ V is (N, d_v), one row per token"
     return None
 
 
@@ -187,6 +231,18 @@ _HEAD_CASES = (
 )
 
 
+def _swaps_k_and_v(fn, case: tuple) -> bool:
+    """True when fn is right once handed W_v as W_k and W_k as W_v: it swaps K and V."""
+    seed, N, C, d_k, d_v, size = case
+    X, W_q, W_k, W_v = _random_inputs(seed, N, C, d_k, d_v, size)
+    expected, _ = scaled_dot_product_attention(X @ W_q, X @ W_k, X @ W_v)  # (N, d_v)
+    result, problem = run(fn, X, W_q, W_v, W_k, names=_NAMES)
+    if problem is not None or isinstance(result, tuple):
+        return False
+    result, problem = as_array(result, None)
+    return problem is None and close(result, expected)
+
+
 def _head_hints(fn, case: tuple) -> list[tuple[str, Callable[[], bool]]]:
     """The hints for a failed case, each with the test of the answer that shows it: the same
     answer is right on a probe that changes only what the hint is about (see `in_case`)."""
@@ -220,6 +276,19 @@ def check_attention_with_weights(fn):
     """
     for i, case in enumerate(_HEAD_CASES):
         problem = _head_problem(fn, *case)
+        if problem is not None and _swaps_k_and_v(fn, case):
+            return (
+                "K and V are swapped: it computes the scores with X @ W_v and weights X @ W_k; "
+                "the scores are Q Kᵀ with K = X @ W_k, and the output is weights @ V with "
+                "V = X @ W_v"
+            )
+        if problem is not None and "mismatch" in problem:
+            return (
+                "a matrix product's shapes do not line up: Q = X @ W_q is (N, d_k), the scores "
+                "Q @ K.T are (N, N), the output weights @ V is (N, d_v) (if you wrote "
+                "K.transpose(-2, -1): on a 2-D numpy array it changes nothing; use K.T) "
+                f"[{problem}]"
+            )
         if problem is not None and i > 0:  # an earlier case passed: say what differs, if shown
             problem = in_case(problem, *_head_hints(fn, case))
         if problem is not None:

@@ -20,9 +20,27 @@ import numpy as np
 
 from ..attention import softmax
 from ..multihead import merge_heads, multi_head_attention, split_heads
-from ._base import GENERIC, as_array, checker, close, diagnose, in_case, mismatch, run
+from ._base import (
+    GENERIC,
+    Library,
+    as_array,
+    checker,
+    close,
+    diagnose,
+    in_case,
+    mismatch,
+    numpy_habit,
+    to_numpy,
+)
+from ._base import run as _run
 
 __all__ = ["check_merge_heads", "check_multi_head_attention", "check_split_heads"]
+
+
+def run(fn, *args, names: tuple[str, ...] = ()):
+    """`_base.run`, with the torch habit named when the answer raised on numpy arrays."""
+    result, problem = _run(fn, *args, names=names)
+    return result, numpy_habit(problem)
 
 
 def _labelled(*shape: int) -> np.ndarray:
@@ -84,7 +102,19 @@ def _split_shape(shape: tuple, B: int, N: int, h: int, d: int) -> str | None:
     return None
 
 
-@checker("split_heads")
+def _swaps_sizes(fn) -> bool:
+    """True when fn gives (B, d, N, h) on a probe with other sizes too (h = 2, d = 5)."""
+    result, problem = run(fn, _labelled(1, 3, 10), 2)
+    return problem is None and np.shape(to_numpy(result)) == (1, 5, 3, 2)
+
+
+@checker(
+    "split_heads",
+    writes=(
+        Library("mha_lib.multihead", "split_heads", "mha_lib.split_heads"),
+        Library("mha_lib.pytorch", "split_heads", "mha_lib.pytorch.split_heads", load=False),
+    ),
+)
 def check_split_heads(fn):
     """Check a learner's split_heads(Y, num_heads): (B, N, h*d) -> (B, h, N, d).
 
@@ -96,6 +126,13 @@ def check_split_heads(fn):
         result, problem = run(fn, Y, h, names=("Y",))
         if problem is None:
             result, problem = as_array(result, None)
+        if problem is None and result.shape == (B, d, N, h) != expected.shape:
+            if _swaps_sizes(fn):  # not a hard-coded count that happens to equal d here
+                return (
+                    f"it returns shape (B, d, N, h) = {result.shape}: {d} heads of {h} "
+                    "features, the sizes swapped; make num_heads pieces, np.split(Y, "
+                    "num_heads, axis=-1) or reshape(B, N, num_heads, d)"
+                )
         if problem is None and result.shape != expected.shape:
             problem = _split_shape(result.shape, B, N, h, d) or (
                 f"expected shape (B, h, N, d) = {expected.shape}; got {result.shape}"
@@ -137,7 +174,13 @@ def _merge_shape(shape: tuple, B: int, h: int, N: int, d: int) -> str | None:
     return None
 
 
-@checker("merge_heads")
+@checker(
+    "merge_heads",
+    writes=(
+        Library("mha_lib.multihead", "merge_heads", "mha_lib.merge_heads"),
+        Library("mha_lib.pytorch", "merge_heads", "mha_lib.pytorch.merge_heads", load=False),
+    ),
+)
 def check_merge_heads(fn):
     """Check a learner's merge_heads(Y): (B, h, N, d) -> (B, N, h*d), heads side by side.
 
@@ -220,6 +263,8 @@ def _mha_mistakes(X, W_q, W_k, W_v, W_o, h) -> dict[str, np.ndarray]:
         "it divides the scores by √d_v; the scale uses d_k, the width of one head's queries "
         "and keys": _mha_variant(*args, scale=math.sqrt(d_v))[1],
         "it does not divide the scores by √d_k": _mha_variant(*args, scale=1.0)[1],
+        "it divides the scores by √N, the number of tokens; each head divides by √d_k, "
+        "d_k = W_q.shape[1] // num_heads": _mha_variant(*args, scale=math.sqrt(N))[1],
         "it splits the heads with a reshape without transpose ((N, h*d) -> (h, N, d) "
         "directly), which scrambles tokens; reshape to (N, h, d), then transpose": (
             _mha_variant(*args, split="no transpose")[1]
@@ -244,6 +289,10 @@ def _mha_mistakes(X, W_q, W_k, W_v, W_o, h) -> dict[str, np.ndarray]:
         "it uses W_q for the keys too: K = X @ W_k": _mha_variant(X, W_q, W_q, W_v, W_o, h)[1],
         "softmax over the wrong axis: each query's row of weights must sum to 1 "
         "(axis=-1)": _mha_variant(*args, axis=-2)[1],
+        "it adds X to the output (a residual connection): multi-head attention alone is "
+        "Concat(heads) @ W_o; the residual belongs to the block around it": out + X,
+        "it computes a single head over all the columns of W_q, W_k, W_v: split them into "
+        "num_heads heads": _mha_variant(*args[:5], 1)[1],
     }
 
 
@@ -350,7 +399,15 @@ def _mha_problem(fn, seed: int, N: int, C: int, h: int, d_k: int, d_v: int, W_o_
     return _explain(problem)
 
 
-@checker("multi_head_attention")
+@checker(
+    "multi_head_attention",
+    writes=(
+        Library("mha_lib.multihead", "multi_head_attention", "mha_lib.multi_head_attention"),
+        Library(
+            "mha_lib.multihead", "multi_head_attention_loop", "mha_lib.multi_head_attention_loop"
+        ),
+    ),
+)
 def check_multi_head_attention(fn):
     """Check a learner's multi_head_attention(X, W_q, W_k, W_v, W_o, num_heads) for one
     sequence X (N, C), with W_q, W_k (C, h*d_k), W_v (C, h*d_v), W_o (h*d_v, C).
@@ -366,6 +423,14 @@ def check_multi_head_attention(fn):
                     f"it multiplies by W_o.T: W_o has shape (h·d_v, C) = {(h * d_v, C)} and the "
                     "output is Concat(heads) @ W_o (torch's Linear stores the transpose, "
                     "(out, in); numpy's W_o does not)"
+                )
+            if "mismatch" in problem:
+                return (
+                    "a matrix product's shapes do not line up: X (N, C) @ W_q (C, h·d_k); per "
+                    "head q, k (N, d_k) and v (N, d_v), the scores q @ k.T (N, N); "
+                    "Concat(heads) (N, h·d_v) @ W_o (h·d_v, C) (if you wrote k.transpose(-2, "
+                    "-1) for one head's 2-D k: in numpy it changes nothing; use k.T) "
+                    f"[{problem}]"
                 )
             problem = in_case(problem, *_mha_hints(fn, case))
         if problem is not None:

@@ -30,6 +30,7 @@ import numpy as np
 
 from ._base import (
     GENERIC,
+    Library,
     Note,
     as_array,
     checker,
@@ -38,6 +39,7 @@ from ._base import (
     in_case,
     is_tensor,
     mismatch,
+    numpy_habit,
     run,
     to_numpy,
 )
@@ -62,7 +64,7 @@ def _weights(C: int, seed: int):
 
 
 def _block_mistake(in_proj: np.ndarray, Ws: list[np.ndarray]) -> str:
-    """Say what is wrong with in_proj_weight (3C, C), one block of C rows at a time."""
+    """Say what is wrong with in_proj_weight (3C, C), from what each block of C rows holds."""
     C = Ws[0].shape[0]
     names = ("W_q", "W_k", "W_v")
     if close(in_proj, np.concatenate(Ws)):
@@ -70,16 +72,31 @@ def _block_mistake(in_proj: np.ndarray, Ws: list[np.ndarray]) -> str:
             "the projections are not transposed: torch's Linear stores weight as (out, in) "
             "and computes X @ weight.T, so in_proj_weight = [W_q.T; W_k.T; W_v.T]"
         )
-    for i, block in enumerate(np.split(in_proj, 3)):  # each (C, C)
-        if close(block, Ws[i].T):
-            continue
-        if close(block, Ws[i]):
+    blocks = np.split(in_proj, 3)  # each (C, C)
+    held = []  # (j, transposed) for each block: it holds W_j.T or W_j; None: neither
+    for block in blocks:
+        found = [(j, True) for j, W in enumerate(Ws) if close(block, W.T)]
+        found += [(j, False) for j, W in enumerate(Ws) if close(block, W)]
+        held.append(found[0] if found else None)
+    for i, h in enumerate(held):
+        if h is not None and h == (i, False):
             return f"block {i} ({names[i]}) is not transposed: every block is W.T"
-        if any(close(block, W.T) or close(block, W) for W in Ws):
-            return "the three blocks are in the wrong order: in_proj_weight is [W_q; W_k; W_v]"
-        rows = f"rows {i * C}:{(i + 1) * C}"
-        return f"wrong values in block {i} of in_proj_weight ({rows}); expected {names[i]}.T"
-    return "wrong values in in_proj_weight: expected [W_q.T; W_k.T; W_v.T]"
+    if all(h is not None for h in held):
+        shown = "; ".join(f"{names[j]}{'.T' if t else ''}" for j, t in held)
+        sources = [j for j, _ in held]
+        if len(set(sources)) < 3:
+            repeated = next(names[j] for j in sources if sources.count(j) > 1)
+            return (
+                f"it uses {repeated} for more than one block: in_proj_weight is [{shown}]; "
+                "each projection has its own block, [W_q.T; W_k.T; W_v.T]"
+            )
+        return (
+            f"the three blocks are in the wrong order, [{shown}]: in_proj_weight is "
+            "[W_q.T; W_k.T; W_v.T]"
+        )
+    i = next(i for i, block in enumerate(blocks) if not close(block, Ws[i].T))
+    rows = f"rows {i * C}:{(i + 1) * C}"
+    return f"wrong values in block {i} of in_proj_weight ({rows}); expected {names[i]}.T"
 
 
 def _weights_problem(pair, W_q, W_k, W_v, W_o) -> str | None:
@@ -126,6 +143,11 @@ def check_numpy_to_torch(fn):
     for C, seed in ((6, 0), (4, 1), (5, 2)):
         Ws = _weights(C, seed)  # numpy layout: X @ W, each (C, C)
         result, problem = run(fn, *Ws, names=("W_q", "W_k", "W_v", "W_o"))
+        problem = numpy_habit(problem)  # the arguments are numpy arrays
+        if problem is None and isinstance(result, dict):
+            problem = (
+                "it returns a dict: return the pair (in_proj_weight, out_proj_weight), a tuple"
+            )
         if problem is None and (not isinstance(result, (tuple, list)) or len(result) != 2):
             problem = "expected a pair (in_proj_weight, out_proj_weight)"
         problem = problem or _weights_problem(result, *Ws)
@@ -227,6 +249,23 @@ def check_causal_attn_mask(fn):
     return problem
 
 
+def _lengths_as_a_row(fn) -> bool:
+    """True when fn, on a batch of B = S sequences (where a row of lengths broadcasts), blocks
+    position j of every row by lengths[j]: the lengths were not made a column."""
+    lengths, S = [3, 1, 4, 2], 4
+    result, problem = run(fn, list(lengths), S)
+    if problem is not None:
+        return False
+    shape = np.shape(to_numpy(result)) if hasattr(result, "shape") else None
+    if shape not in ((S,), (1, S), (S, S)):
+        return False
+    blocked, problem = _blocked(result, shape)
+    row = np.arange(S) >= np.array(lengths)  # (S,): position j against lengths[j]
+    return problem is None and np.array_equal(
+        np.broadcast_to(blocked, (S, S)), np.broadcast_to(row, (S, S))
+    )
+
+
 @checker("key_padding_mask")
 def check_key_padding_mask(fn):
     """Check fn(lengths, S) -> (B, S) key_padding_mask, True (or -inf) on the padding keys,
@@ -237,6 +276,12 @@ def check_key_padding_mask(fn):
         lens = np.array(lengths)[:, None]  # (B, 1)
         expected = positions >= lens  # (B, S), True on padding
         result, problem = run(fn, list(lengths), S)
+        if problem is not None and problem.startswith(GENERIC[0]) and _lengths_as_a_row(fn):
+            return (
+                "the lengths are not a column: compare the positions (1, S) with the lengths "
+                "as (B, 1), torch.tensor(lengths)[:, None], so that row b uses lengths[b] "
+                f"({problem[14:]})"
+            )
         if problem is None:
             shape = np.shape(to_numpy(result)) if hasattr(result, "shape") else None
             if shape == (B, 1, 1, S):
@@ -311,6 +356,7 @@ def _forward_variant(
     scale=None,
     causal=False,
     project_out=True,
+    axis=-1,
 ):
     """The forward pass in numpy with one switch flipped (the defaults give the right one)."""
     from ..attention import softmax
@@ -321,6 +367,8 @@ def _forward_variant(
     q, k, v = (x @ (blocks[i].T if transpose_in else blocks[i]) for i in order)  # (B, N, E)
 
     def heads(t):  # (B, N, E) -> (B, h, N, d)
+        if split == "over heads":  # (B, N, h, d): attention among the heads of each token
+            return t.reshape(B, N, h, d)
         if split == "no transpose":
             return t.reshape(B, h, N, d)
         if split == "interleaved":
@@ -331,8 +379,8 @@ def _forward_variant(
     scores = q @ k.swapaxes(-1, -2) / (np.sqrt(d) if scale is None else scale)  # (B, h, N, N)
     if causal:
         scores = np.where(np.tril(np.ones((N, N), dtype=bool)), scores, -np.inf)
-    out = softmax(scores) @ v  # (B, h, N, d)
-    if merge == "no transpose":
+    out = softmax(scores, axis=axis) @ v  # (B, h, N, d)
+    if split == "over heads" or merge == "no transpose":
         concat = out.reshape(B, N, E)
     else:
         concat = out.transpose(0, 2, 1, 3).reshape(B, N, E)  # (B, N, h*d)
@@ -368,6 +416,14 @@ def _forward_mistakes(x, in_proj, out_proj, h) -> dict[str, np.ndarray]:
         "1/√d": _forward_variant(*args, scale=1.0),
         "it is causal (is_causal=True or a mask): this forward pass has no mask, every token "
         "sees every token": _forward_variant(*args, causal=True),
+        "it attends over the heads, not the tokens: after view(B, N, h, d) the heads are the "
+        "second-last axis, so SDPA mixes the h heads of each token; transpose(1, 2) to "
+        "(B, h, N, d) before SDPA, and back after": _forward_variant(*args, split="over heads"),
+        "softmax over the wrong axis: each query's weights over the keys (dim=-1) must sum "
+        "to 1": _forward_variant(*args, axis=-2),
+        "it divides the scores by d; SDPA's default divides by √d": _forward_variant(
+            *args, scale=float(E // h)
+        ),
     }
     names = ("q", "k", "v")
     for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)):
@@ -394,6 +450,13 @@ def _forward_problem(
     tensors = [torch.from_numpy(a.copy()) for a in given]
     result, problem = run(fn, *tensors, h, names=("x", "in_proj_weight", "out_proj_weight"))
     if problem is None and isinstance(result, (tuple, list)) and len(result) == 2:
+        first, second = (as_array(r, None)[0] for r in result)
+        if (
+            (first is None or first.shape != (B, N, E))
+            and second is not None
+            and close(second, expected)
+        ):
+            return "the pair is in the wrong order: a module returns (output, weights)"
         result = result[0]  # a module's (output, weights) pair
     raw = result
     if problem is None:
@@ -406,12 +469,31 @@ def _forward_problem(
             )
         problem = f"expected shape (B, N, E) = {(B, N, E)}; got {result.shape}"
     if problem is None and not close(result, expected):
-        problem = diagnose(result, _forward_mistakes(x, in_proj, out_proj, h)) or mismatch(
-            result, expected, _FORWARD
+        problem = diagnose(result, _forward_mistakes(x, in_proj, out_proj, h))
+        if problem is None and _varies(fn, tensors, h, result):
+            problem = (
+                "its output changes from call to call: dropout is on (dropout_p > 0 in SDPA?); "
+                "this forward pass has no dropout, dropout_p=0"
+            )
+        problem = problem or mismatch(result, expected, _FORWARD)
+    if problem is not None and "view size is not compatible" in problem:
+        problem = (
+            "view cannot reshape a tensor that is not contiguous, as the heads are after "
+            "transpose(1, 2): merge them with .reshape(B, N, E), or .contiguous().view(B, N, E) "
+            f"({problem.removeprefix('your function ')})"
         )
     if problem is None and not is_tensor(raw):
         return Note(_NOT_A_TENSOR_OUT)
     return problem
+
+
+def _varies(fn, tensors, h, result) -> bool:
+    """True when a second call of fn on the same inputs gives another output (dropout)."""
+    again, problem = run(fn, *tensors, h)
+    if problem is None and isinstance(again, (tuple, list)) and len(again) == 2:
+        again = again[0]
+    again, problem = (None, problem) if problem else as_array(again, None)
+    return problem is None and again.shape == result.shape and not close(again, result)
 
 
 def _stored_layout(fn, seed: int, B: int, N: int, E: int, h: int) -> str | None:
@@ -439,7 +521,16 @@ def _stored_layout(fn, seed: int, B: int, N: int, E: int, h: int) -> str | None:
     return None
 
 
-@checker("attention_forward")
+@checker(
+    "attention_forward",
+    writes=(
+        Library(
+            "mha_lib.pytorch",
+            "MultiHeadAttention.forward",
+            "mha_lib.pytorch.MultiHeadAttention (its forward)",
+        ),
+    ),
+)
 def check_attention_forward(fn):
     """Check fn(x, in_proj_weight, out_proj_weight, num_heads) -> (B, N, E): the forward pass of
     `MultiHeadAttention` for self-attention without biases or masks, weights in torch's
@@ -451,6 +542,12 @@ def check_attention_forward(fn):
         problem = _forward_problem(fn, seed, B, N, E, h)
         if problem is not None and problem.startswith(GENERIC):
             problem = _stored_layout(fn, seed, B, N, E, h) or problem
+        if problem is not None and "must match the size of tensor" in problem:
+            problem = (
+                "two tensors' sizes do not match: after the split, q, k and v are (B, h, N, d) "
+                "and the scores q @ k.transpose(-2, -1) are (B, h, N, N) (k.transpose(1, 2) "
+                f"would swap the heads and the tokens instead) ({problem[14:]})"
+            )
         if problem is not None and not isinstance(problem, Note) and h != 2:
             hint = (
                 f"it is right with 2 heads and wrong with {h}: do not hard-code the number of "
@@ -503,6 +600,18 @@ def _block_mistakes(x, blk) -> dict[str, np.ndarray]:
         hidden = blk.linear1(t)  # (B, N, F)
         return blk.linear2(F.relu(hidden) if act else hidden)  # (B, N, E)
 
+    def plain_norm(t):  # LayerNorm without its weight and bias
+        return F.layer_norm(t, t.shape[-1:], eps=n1.eps)
+
+    def ff_no_bias(t):
+        hidden = F.relu(t @ blk.linear1.weight.T)
+        return hidden @ blk.linear2.weight.T
+
+    def then_ff(y, norm=n2, f=ff):  # the second half, on y
+        return y + f(norm(y))
+
+    float_ones = torch.ones(N, N, dtype=x.dtype).triu(1)  # a float mask of 1s, added
+
     with torch.no_grad():
         x1 = x + attend(n1(x))  # the right first half
         post = n1(x + attend(x))
@@ -542,6 +651,45 @@ def _block_mistakes(x, blk) -> dict[str, np.ndarray]:
             ),
             "the sublayers are in the wrong order: attention first, then the feed-forward "
             "network": (lambda y: y + attend(n1(y)))(x + ff(n2(x))),
+            "attention reads x unnormalised: pre-LN normalises what enters attention, "
+            "x + attn(norm1(x))": then_ff(x + attend(x)),
+            "the feed-forward network reads its input unnormalised: pre-LN normalises what "
+            "enters it too, x + ff(norm2(x))": then_ff(x1, norm=lambda t: t),
+            "it normalises the block's output with norm2: pre-LN leaves the residual stream "
+            "unnormalised (a model has one final LayerNorm after its LAST block)": n2(then_ff(x1)),
+            "it normalises the block's output with norm1: pre-LN leaves the residual stream "
+            "unnormalised (a model has one final LayerNorm after its LAST block)": n1(then_ff(x1)),
+            "norm1 and norm2 are swapped: norm1 comes before attention, norm2 before the "
+            "feed-forward network": then_ff(x + attend(n2(x)), norm=n1),
+            "the feed-forward sublayer is missing: after x + attn(norm1(x)) comes "
+            "x + linear2(relu(linear1(norm2(x))))": x1,
+            "the activation is GELU; this block's feed-forward network uses ReLU (F.relu)": (
+                then_ff(x1, f=lambda t: blk.linear2(F.gelu(blk.linear1(t))))
+            ),
+            "it normalises without the LayerNorms' weight and bias (F.layer_norm(x, (E,)) "
+            "alone): blk.norm1(x) and blk.norm2(x) also scale and shift": (
+                then_ff(x + attend(plain_norm(x)), norm=plain_norm)
+            ),
+            "it leaves out the Linear layers' biases: blk.linear1(t) is t @ weight.T + bias "
+            "(call the layers, blk.linear1(t))": then_ff(x1, f=ff_no_bias),
+            "the float mask holds 1s, and a float mask is ADDED to the scores, so it blocks "
+            "nothing: use a bool mask (True above the diagonal) or 0 and -inf, or "
+            "is_causal=True": then_ff(x + attend(n1(x), mask=float_ones)),
+            "it returns the attention sublayer's output alone, attn(norm1(x)) (the first of "
+            "self_attn's (output, weights)): add the residual x, then the feed-forward "
+            "sublayer": attend(n1(x)),
+            "the mask blocks the past (True below the diagonal): True marks the keys a query "
+            "may NOT attend to, the future ones, triu(diagonal=1)": then_ff(
+                x + attend(n1(x), mask=torch.ones(N, N, dtype=torch.bool).tril(-1))
+            ),
+            "the mask also blocks the diagonal (triu(diagonal=0)): token i may attend to "
+            "itself, triu(diagonal=1)": then_ff(
+                x + attend(n1(x), mask=torch.ones(N, N, dtype=torch.bool).triu(0))
+            ),
+            "the keys and values read x unnormalised: self-attention on norm1(x) uses norm1(x) "
+            "as query, key and value (blk.self_attn(norm1(x), is_causal=True))": then_ff(
+                x + blk.self_attn(n1(x), x, x, is_causal=True)[0]
+            ),
         }
     return {message: out.numpy() for message, out in outputs.items()}
 
@@ -560,6 +708,18 @@ def _block_problem(fn, case: tuple) -> str | None:
     raw = result
     if problem is None:
         result, problem = as_array(result, (B, N, E), "a tensor (B, N, E)")
+    if problem is not None and "Can't call numpy() on Tensor that requires grad" in problem:
+        return (
+            "it calls .numpy() on a tensor that autograd follows (the block's parameters "
+            "require grad): return the tensor itself"
+        )
+    if problem is not None and "cannot be multiplied" in problem:
+        return (
+            "a matrix product's shapes do not line up: the feed-forward network is "
+            "linear2(relu(linear1(t))), linear1 (E -> F) first, and a Linear's weight is "
+            "(out, in), so t @ weight.T multiplies by it by hand; call the layers "
+            f"({problem.removeprefix('your function ')})"
+        )
     if problem is None and not close(result, expected):
         problem = diagnose(result, _block_mistakes(x, blk)) or mismatch(
             result, expected, "x + attn(norm1(x)) with a causal mask, then x + ff(norm2(x))"
@@ -569,7 +729,12 @@ def _block_problem(fn, case: tuple) -> str | None:
     return problem
 
 
-@checker("pre_ln_block")
+@checker(
+    "pre_ln_block",
+    writes=(
+        Library("mha_lib.block", "TransformerBlock.forward", "blk(x) (TransformerBlock's forward)"),
+    ),
+)
 def check_pre_ln_block(fn):
     """Check fn(x, blk) -> (B, N, E): one pre-LN block with causal self-attention (GPT-2's
     order), computed from the parts of `blk`, a `mha_lib.block.TransformerBlock` in eval mode

@@ -71,6 +71,37 @@ SHAPES_WRONG = [
     ),
     (shapes_with(W_O=lambda C, h, d_k, d_v: h * d_v * C), "must be a shape"),
     (lambda C, h, d_k, d_v: list(shapes(C, h, d_k, d_v).values()), "expected a dict"),
+    # shapes written as text or as symbols: once read as "the same shapes for every C"
+    (
+        lambda C, h, d_k, d_v: {
+            "X": "(N, C)",
+            "W_Q^h": "(C, d_k)",
+            "W_K^h": "(C, d_k)",
+            "W_V^h": "(C, d_v)",
+            "W_O": "(h*d_v, C)",
+        },
+        "is given as the text '(N, C)'",
+    ),
+    (
+        lambda C, h, d_k, d_v: {
+            "X": ("N", "C"),
+            "W_Q^h": ("C", "d_k"),
+            "W_K^h": ("C", "d_k"),
+            "W_V^h": ("C", "d_v"),
+            "W_O": ("h*d_v", "C"),
+        },
+        "X has the symbol 'C' as a string",
+    ),
+    (
+        shapes_with(**{"W_V^h": lambda C, h, d_k, d_v: f"({C}, {d_v})"}),
+        "W_V^h is given as the text",
+    ),
+    (shapes_with(W_O=lambda C, h, d_k, d_v: (C, C)), "(C, C) holds only when h*d_v = C"),
+    (shapes_with(**{"W_Q^h": lambda C, h, d_k, d_v: (C, C)}), "not to C"),
+    (
+        lambda C, h, d_k, d_v: {k.replace("^h", ""): v for k, v in shapes(C, h, d_k, d_v).items()},
+        "no key 'W_Q^h' but has 'W_Q'",
+    ),
     (lambda C, h, d_k, d_v: None, "not implemented"),
 ]
 
@@ -99,7 +130,12 @@ def count_by_arrays(C, h, d_k, d_v):
     return sum(W.size for W in weights) + np.zeros((h * d_v, C)).size
 
 
-COUNT_RIGHT = [count, count_by_arrays, lambda C, h, d_k, d_v: float(count(C, h, d_k, d_v))]
+COUNT_RIGHT = [
+    count,
+    count_by_arrays,
+    lambda C, h, d_k, d_v: float(count(C, h, d_k, d_v)),
+    lambda C, h, d_k, d_v: np.float32(count(C, h, d_k, d_v)),
+]
 
 COUNT_WRONG = [
     (lambda C, h, d_k, d_v: 2 * C * d_k + C * d_v + h * d_v * C, "multiply those by h"),
@@ -113,6 +149,10 @@ COUNT_WRONG = [
     (lambda C, h, d_k, d_v: count(C, h, d_k, d_v) + 1, "expected"),
     (lambda C, h, d_k, d_v: str(count(C, h, d_k, d_v)), "expected a number"),
     (lambda C, h, d_k, d_v: 1 / 0, "ZeroDivisionError"),
+    (lambda C, h, d_k, d_v: count(C, h, d_k, d_v) - h * d_v * C + C * C, "not (C, C)"),
+    (lambda C, h, d_k, d_v: 4 * C * h * d_k, "it uses d_k for every matrix"),
+    (lambda C, h, d_k, d_v: h * (2 * C * d_k + C * d_v + h * d_v * C), "count its h*d_v*C"),
+    (lambda C, h, d_k, d_v: (h * 2 * C * d_k, h * C * d_v, h * d_v * C), "add them up"),
     (lambda C, h, d_k, d_v: None, "not implemented"),
 ]
 

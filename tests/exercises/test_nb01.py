@@ -1,12 +1,15 @@
 """The checkers of notebook 01: a catalogue of wrong answers, each rejected with a message
 that names the mistake, and several correct forms, each accepted."""
 
+import functools
 import math
 
 import numpy as np
 import pytest
 import torch
 
+import mha_lib
+import mha_lib.attention
 from mha_lib import scaled_dot_product_attention, softmax
 from mha_lib.exercises import (
     check_diagonal_counterexample,
@@ -50,10 +53,10 @@ def row_by_row_softmax(x):
 
 SOFTMAX_RIGHT = [
     stable_softmax,
-    softmax,
     logsumexp_softmax,
     row_by_row_softmax,
     lambda x: torch.softmax(torch.as_tensor(x, dtype=torch.float64), dim=-1),
+    lambda x: torch.softmax(torch.as_tensor(x, dtype=torch.float64), dim=-1).float(),
 ]
 
 
@@ -111,8 +114,23 @@ SOFTMAX_WRONG = [
             np.exp(x - x.max(axis=-1, keepdims=True))
             / np.exp(x - x.max(axis=-1, keepdims=True)).max(axis=-1, keepdims=True)
         ),
-        "row's maximum of exp",
+        "largest entry is 1 and the rows do not sum to 1",
     ),
+    # exp only, no normalisation: the review's case, once told it divides by the maximum
+    (lambda x: np.exp(x - x.max(axis=-1, keepdims=True)), "without dividing by the row sum"),
+    # torch habits on numpy arrays
+    (lambda x: torch.softmax(x, dim=-1), "it passes a numpy array to torch.softmax()"),
+    (lambda x: torch.nn.functional.softmax(x, dim=-1), "no .softmax(), a torch tensor method"),
+    (lambda x: shifted(x, x.max(dim=-1, keepdims=True)), "numpy's keyword is axis=..."),
+    (lambda x: shifted(x, x.max(axis=-1, keepdim=True)), "keepdims=True (with an s)"),
+    (lambda x: np.softmax(x, axis=-1), "numpy has no np.softmax"),
+    (lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True).view(-1), "calls .view(...)"),
+    # numerator and denominator from different exponentials, or summed over the wrong axis
+    (
+        lambda x: np.exp(x - x.max(axis=-1, keepdims=True)) / np.exp(x).sum(-1, keepdims=True),
+        "its rows do not sum to 1",
+    ),
+    (lambda x: stable_softmax(x) * 1.5, "row sums run from 1.5 to 1.5"),
     (lambda x: np.log(stable_softmax(x)), "log-softmax"),
     (lambda x: stable_softmax(np.asarray(x, dtype=np.float16)), "float16"),
     (in_place, "in place"),
@@ -161,12 +179,19 @@ def attention_torch(q, k, v):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v)  # a tensor
 
 
+def attention_with_the_library_softmax(q, k, v):
+    """Calls mha_lib.softmax, which notebook 01 gave before this exercise: fine."""
+    weights = mha_lib.softmax(q @ k.T / np.sqrt(q.shape[-1]))  # (N, M)
+    return weights @ v, weights
+
+
 ATTENTION_RIGHT = [
     attention,
-    scaled_dot_product_attention,  # (output, weights)
+    attention_with_the_library_softmax,  # (output, weights)
     attention_einsum_list,
     attention_torch,
     lambda q, k, v: attention(q, k, v).astype(np.float32),
+    lambda q, k, v: attention_torch(q, k, v).float(),
 ]
 
 
@@ -202,7 +227,7 @@ ATTENTION_WRONG = [
         "weights are transposed",
     ),
     (lambda q, k, v: softmax(q @ k.T) / math.sqrt(q.shape[-1]) @ v, "after the softmax"),
-    (lambda q, k, v: softmax(q @ k / math.sqrt(q.shape[-1])) @ v, "transpose k"),
+    (lambda q, k, v: softmax(q @ k / math.sqrt(q.shape[-1])) @ v, "k is not transposed"),
     (lambda q, k, v: softmax(q @ k.T / math.sqrt(q.shape[-1])), "multiply them by v"),
     (lambda q, k, v: scaled_dot_product_attention(q, k, v)[::-1], "wrong order"),
     (unstable, "large (about 1e3)"),
@@ -212,6 +237,16 @@ ATTENTION_WRONG = [
     (lambda q, k, v: attention(q, k[: len(q)], v[: len(q)]), "right with N = M = 5 tokens"),
     (clipped_scores, "right when the scores are about 1 and wrong when they are about 1e3"),
     (lambda q, k, v: sdpa(q, k, v, 0.9 * inv_sqrt(q.shape[-1])), "wrong values"),
+    (lambda q, k, v: softmax(q @ k.transpose(-2, -1) / 2) @ v, "k.transpose(-2, -1)"),
+    # shape errors, diagnosed on a probe where every product fits
+    (lambda q, k, v: softmax(q @ k.T / np.sqrt(q.shape[-1])) @ v.T, "it multiplies by v.T"),
+    (lambda q, k, v: softmax(q @ v.T / np.sqrt(q.shape[-1])) @ k, "k and v are swapped"),
+    (lambda q, k, v: softmax(q * k / np.sqrt(q.shape[-1])) @ v, "entry by entry (q * k)"),
+    (lambda q, k, v: softmax(q @ k.T * np.sqrt(q.shape[-1])) @ v, "multiplies the scores by √d_k"),
+    (
+        lambda q, k, v: torch.softmax(q @ k.T / np.sqrt(q.shape[-1]), dim=-1) @ v,
+        "torch.softmax()",
+    ),
     (lambda q, k, v: None, "not implemented"),
 ]
 
@@ -272,6 +307,15 @@ COUNTEREXAMPLE_WRONG = [
     (lambda: np.ones(3), "expected a matrix"),
     (lambda: np.array([[np.nan, 0.0], [1.0, 1.0], [2.0, 0.0]]), "NaN"),
     (lambda: "X", "expected a matrix X (N, C)"),
+    # the weights α of a counterexample instead of its X: once read as "X looks transposed"
+    (
+        lambda: mha_lib.self_attention(np.array([[1.0, 0.0], [2.0, 2.0], [0.0, 5.0]]))[1],
+        "like attention weights α",
+    ),
+    (
+        lambda: mha_lib.self_attention(np.array([[1.0, 0.0], [2.0, 2.0], [0.0, 5.0]])),
+        "return X alone",
+    ),
     (lambda: None, "not implemented"),
 ]
 
@@ -295,3 +339,81 @@ def test_catalogues_are_complete():
         (COUNTEREXAMPLE_WRONG, COUNTEREXAMPLE_RIGHT),
     ):
         assert len(wrong) >= 6 and len(right) >= 2
+
+
+# answers that call the library function the exercise asks for -----------------------------------
+
+LIBRARY = "the exercise asks you to write it yourself"
+
+
+class CallableSoftmax:
+    def __call__(self, x):
+        return mha_lib.attention.softmax(x)
+
+
+def softmax_through_a_closure():
+    sm = mha_lib.softmax
+
+    def my_softmax(x):
+        return sm(x)
+
+    return my_softmax
+
+
+SOFTMAX_BY_THE_LIBRARY = [
+    softmax,  # the function itself
+    lambda x: mha_lib.attention.softmax(x),  # through its module
+    lambda x: mha_lib.softmax(x, axis=-1),  # through the package
+    lambda x: softmax(x),  # a name in the answer's globals
+    functools.partial(mha_lib.softmax, axis=-1),
+    functools.partial(lambda x, f: f(x), f=softmax),
+    CallableSoftmax(),
+    softmax_through_a_closure(),
+    lambda x, sm=softmax: sm(x),  # a default argument
+]
+
+
+@pytest.mark.parametrize("fn", SOFTMAX_BY_THE_LIBRARY)
+def test_check_softmax_rejects_the_library_softmax(fn, capsys):
+    passed, line = verdict(check_softmax, fn, capsys)
+    assert not passed and "it calls mha_lib.softmax" in line and LIBRARY in line, line
+
+
+ATTENTION_BY_THE_LIBRARY = [
+    scaled_dot_product_attention,
+    lambda q, k, v: mha_lib.scaled_dot_product_attention(q, k, v)[0],
+    lambda q, k, v: mha_lib.attention.scaled_dot_product_attention(q, k, v),
+    functools.partial(scaled_dot_product_attention, mask=None),
+]
+
+
+@pytest.mark.parametrize("fn", ATTENTION_BY_THE_LIBRARY)
+def test_check_attention_rejects_the_library_attention(fn, capsys):
+    passed, line = verdict(check_scaled_dot_product_attention, fn, capsys)
+    assert not passed and "it calls mha_lib.scaled_dot_product_attention" in line, line
+    assert LIBRARY in line, line
+
+
+def test_a_wrong_answer_through_the_library_keeps_its_diagnosis(capsys):
+    passed, line = verdict(
+        check_scaled_dot_product_attention,
+        lambda q, k, v: scaled_dot_product_attention(q, k, v)[::-1],
+        capsys,
+    )
+    assert not passed and "wrong order" in line and "mha_lib.scaled_dot_product_attention" in line
+
+
+def test_the_watch_on_the_library_is_undone_even_when_the_answer_raises(capsys):
+    original = mha_lib.attention.softmax
+    names = dict(globals())
+
+    def calls_then_raises(x):
+        mha_lib.softmax(x)
+        raise RuntimeError("boom")
+
+    passed, line = verdict(check_softmax, calls_then_raises, capsys)
+    assert not passed and "boom" in line and "mha_lib.softmax" in line, line
+    assert mha_lib.attention.softmax is original and mha_lib.softmax is original
+    assert globals()["softmax"] is original and globals().keys() == names.keys()
+    # and the checker still accepts a right answer afterwards
+    assert verdict(check_softmax, stable_softmax, capsys) == (True, "✓ softmax: correct")

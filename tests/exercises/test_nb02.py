@@ -37,6 +37,7 @@ def project_torch(X, W_q, W_k, W_v):
 QKV_RIGHT = [
     project_qkv,
     project_torch,
+    lambda X, W_q, W_k, W_v: [torch.from_numpy(X @ W).float() for W in (W_q, W_k, W_v)],
     lambda X, W_q, W_k, W_v: tuple(np.einsum("nc,cd->nd", X, W) for W in (W_q, W_k, W_v)),
     lambda X, W_q, W_k, W_v: tuple((X @ W).astype(np.float32) for W in (W_q, W_k, W_v)),
 ]
@@ -50,11 +51,25 @@ QKV_WRONG = [
     (lambda X, W_q, W_k, W_v: (X @ W_k, X @ W_q, X @ W_v), "Q and K are swapped"),
     (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_q, X @ W_q), "W_q for all three"),
     (lambda X, W_q, W_k, W_v: (X @ W_v, X @ W_k, X @ W_q), "wrong order"),
-    (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k, X @ W_k), "V is wrong"),
+    (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k, 2 * X @ W_v), "V is wrong"),
     (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k), "of 3 arrays; got 2"),
-    (lambda X, W_q, W_k, W_v: X @ W_q, "expected a tuple"),
+    (lambda X, W_q, W_k, W_v: X @ W_q, "it returns one array of shape (4, 4)"),
+    (lambda X, W_q, W_k, W_v: {"Q": X @ W_q, "K": X @ W_k, "V": X @ W_v}, "got dict"),
+    (
+        lambda X, W_q, W_k, W_v: X @ np.concatenate([W_q, W_k, W_v], axis=1),
+        "it returns one array of shape (4, 12)",
+    ),
     (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k, "V"), "tuple (Q, K, V) of arrays"),
     (lambda X, W_q, W_k, W_v: ..., "not implemented"),
+    # K and V swapped: once "K is wrong: expected K = X @ W_k"
+    (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_v, X @ W_k), "K and V are swapped"),
+    (lambda X, W_q, W_k, W_v: (X @ W_v, X @ W_k, X @ W_q), "wrong order"),
+    (lambda X, W_q, W_k, W_v: (X @ W_k, X @ W_v, X @ W_q), "the arrays are in the wrong order (X"),
+    (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_k, X @ W_k), "V is computed with W_k"),
+    (lambda X, W_q, W_k, W_v: (X @ W_q, X @ W_q, X @ W_v), "K is computed with W_q"),
+    # torch habits on numpy arrays
+    (lambda X, W_q, W_k, W_v: tuple(torch.matmul(X, W) for W in (W_q, W_k, W_v)), "torch.matmul()"),
+    (lambda X, W_q, W_k, W_v: tuple(X @ W.t() for W in (W_q, W_k, W_v)), "numpy's is x.T"),
 ]
 
 
@@ -113,7 +128,12 @@ def attention_torch(X, W_q, W_k, W_v):
     return torch.softmax(Q @ K.T / K.shape[1] ** 0.5, dim=-1) @ V  # a tensor
 
 
-HEAD_RIGHT = [attention_with_weights, attention_row_by_row, attention_torch]
+HEAD_RIGHT = [
+    attention_with_weights,
+    attention_row_by_row,
+    attention_torch,
+    lambda X, W_q, W_k, W_v: attention_torch(X, W_q, W_k, W_v).float(),
+]
 
 
 def head(scale=None, axis=-1, swap=False, values=None, transpose_weights=False, no_softmax=False):
@@ -176,6 +196,22 @@ HEAD_WRONG = [
         "returns the attention weights",
     ),
     (lambda X, W_q, W_k, W_v: None, "not implemented"),
+    # K and V swapped: once a shape error ("your function raised ValueError")
+    (lambda X, W_q, W_k, W_v: attention_with_weights(X, W_q, W_v, W_k), "K and V are swapped"),
+    (head(scale=lambda X, W_q, W_v: 1 / np.sqrt(W_q.shape[1])), "multiplies the scores by √d_k"),
+    (lambda X, W_q, W_k, W_v: attention_with_weights(X, W_q, W_k, W_v).T, "output is transposed"),
+    (
+        lambda X, W_q, W_k, W_v: softmax((X @ W_q) @ (X @ W_k).transpose(-2, -1)) @ (X @ W_v),
+        "K.transpose(-2, -1)",
+    ),
+    (
+        lambda X, W_q, W_k, W_v: torch.softmax((X @ W_q) @ (X @ W_k).T / 2, dim=-1) @ (X @ W_v),
+        "it passes a numpy array to torch.softmax()",
+    ),
+    (
+        lambda X, W_q, W_k, W_v: softmax((X @ W_q) @ (X @ W_k).T, axis=-1).view(-1) @ X,
+        "calls .view(...)",
+    ),
 ]
 
 

@@ -1,12 +1,15 @@
 """The checkers of notebook 03: a catalogue of wrong answers, each rejected with a message
 that names the mistake, and several correct forms, each accepted."""
 
+import functools
 import math
 
 import numpy as np
 import pytest
 import torch
 
+import mha_lib
+import mha_lib.pytorch
 from mha_lib import merge_heads, multi_head_attention, softmax, split_heads
 from mha_lib.exercises import check_merge_heads, check_multi_head_attention, check_split_heads
 
@@ -68,7 +71,14 @@ def split_torch(Y, num_heads):
     return torch.from_numpy(Y).view(B, N, num_heads, hd // num_heads).transpose(1, 2)
 
 
-SPLIT_RIGHT = [split_right, split_heads, split_by_blocks, split_torch]
+SPLIT_RIGHT = [
+    split_right,
+    split_by_blocks,
+    split_torch,
+    lambda Y, h: split_torch(Y, h).float(),
+    lambda Y, h: split_right(Y.astype(np.float32), h),
+    lambda Y, h: np.swapaxes(Y.reshape(*Y.shape[:2], h, -1), 1, 2),
+]
 
 
 def split_float_d(Y, num_heads):
@@ -92,6 +102,13 @@ SPLIT_WRONG = [
     (split_float_d, "integer division"),
     (not_implemented, "not implemented yet"),
     (raises, "RuntimeError: boom"),
+    # torch habits on numpy arrays
+    (lambda Y, h: Y.view(*Y.shape[:2], h, -1).transpose(1, 2), "calls .view(...)"),
+    (lambda Y, h: Y.reshape(*Y.shape[:2], h, -1).permute(0, 2, 1, 3), "no .permute()"),
+    (lambda Y, h: Y.reshape(*Y.shape[:2], h, -1).transpose(1, 2), "np.swapaxes(x, 1, 2)"),
+    (lambda Y, h: np.stack(np.split(Y, h, dim=-1), axis=1), "not torch's dim="),
+    (lambda Y, h: np.stack(Y.chunk(h, -1), axis=1), "np.split(x, 3, axis=-1)"),
+    (lambda Y, h: np.stack(np.split(Y, Y.shape[-1] // h, axis=-1), axis=1), "the sizes swapped"),
 ]
 
 
@@ -144,7 +161,13 @@ def merge_torch(Y):
     return torch.from_numpy(Y).transpose(1, 2).reshape(B, N, h * d)
 
 
-MERGE_RIGHT = [merge_right, merge_heads, merge_by_concatenation, merge_torch]
+MERGE_RIGHT = [
+    merge_right,
+    merge_by_concatenation,
+    merge_torch,
+    lambda Y: merge_torch(Y).float(),
+    lambda Y: merge_right(Y.astype(np.float32)),
+]
 
 MERGE_WRONG = [
     (merge_no_transpose, "reshape without transpose"),
@@ -156,6 +179,12 @@ MERGE_WRONG = [
     (lambda Y: merge_right(Y)[0], "batch axis B = 2 is lost"),
     (lambda Y: merge_right(Y[:, ::-1]), "reverse order"),
     (not_implemented, "not implemented yet"),
+    # torch habits on numpy arrays
+    (lambda Y: Y.transpose(1, 2).reshape(Y.shape[0], Y.shape[2], -1), "np.swapaxes(x, 1, 2)"),
+    (lambda Y: Y.permute(0, 2, 1, 3).reshape(Y.shape[0], Y.shape[2], -1), "no .permute()"),
+    (lambda Y: np.swapaxes(Y, 1, 2).contiguous(), "no .contiguous()"),
+    (lambda Y: np.swapaxes(Y, 1, 2).view(Y.shape[0], Y.shape[2], -1), "calls .view(...)"),
+    (lambda Y: np.concatenate(list(np.moveaxis(Y, 1, 0)), dim=-1), "not torch's dim="),
 ]
 
 
@@ -281,12 +310,22 @@ def mha_torch(X, W_q, W_k, W_v, W_o, num_heads):
     return heads.transpose(0, 1).reshape(N, -1) @ W_o
 
 
+def mha_with_the_library_helpers(X, W_q, W_k, W_v, W_o, num_heads):
+    """Calls mha_lib.split_heads, merge_heads and scaled_dot_product_attention, which notebooks
+    01-03 gave before this exercise: fine."""
+    q, k, v = (mha_lib.split_heads((X @ W)[None], num_heads)[0] for W in (W_q, W_k, W_v))
+    heads = [mha_lib.scaled_dot_product_attention(q[i], k[i], v[i])[0] for i in range(num_heads)]
+    return mha_lib.merge_heads(np.stack(heads)[None])[0] @ W_o
+
+
 MHA_RIGHT = [
     mha_right,
     mha_with(),
-    multi_head_attention,
+    mha_with_the_library_helpers,
     mha_per_head_output_blocks,
     mha_torch,
+    lambda *args: mha_torch(*args).float(),
+    lambda X, *rest: mha_right(X.astype(np.float32), *rest),
 ]
 
 
@@ -299,6 +338,38 @@ def mha_heads_reversed(X, W_q, W_k, W_v, W_o, num_heads):
     """Each head meets the wrong block of W_o: the heads concatenated in reverse order."""
     heads = mha_with(combine="per head")(X, W_q, W_k, W_v, W_o, num_heads)  # (h, N, d_v)
     return np.concatenate(list(heads[::-1]), axis=1) @ W_o
+
+
+def mha_torch_habit_softmax(X, W_q, W_k, W_v, W_o, num_heads):
+    heads = []
+    for W_q_i, W_k_i, W_v_i in zip(*(np.split(W, num_heads, axis=1) for W in (W_q, W_k, W_v))):
+        q, k, v = X @ W_q_i, X @ W_k_i, X @ W_v_i
+        heads.append(torch.softmax(q @ k.T / math.sqrt(q.shape[1]), dim=-1) @ v)
+    return np.concatenate(heads, axis=1) @ W_o
+
+
+def mha_torch_habit_transpose(X, W_q, W_k, W_v, W_o, num_heads):
+    """k.transpose(-2, -1) with torch's meaning, on a (h, N, d) numpy array."""
+    N = X.shape[0]
+    q, k, v = ((X @ W).reshape(N, num_heads, -1).swapaxes(0, 1) for W in (W_q, W_k, W_v))
+    A = softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    return (A @ v).swapaxes(0, 1).reshape(N, -1) @ W_o
+
+
+def mha_torch_habit_view(X, W_q, W_k, W_v, W_o, num_heads):
+    N = X.shape[0]
+    q, k, v = ((X @ W).view(N, num_heads, -1).swapaxes(0, 1) for W in (W_q, W_k, W_v))
+    A = softmax(q @ k.swapaxes(-2, -1) / math.sqrt(q.shape[-1]))
+    return (A @ v).swapaxes(0, 1).reshape(N, -1) @ W_o
+
+
+def mha_transpose_no_op(X, W_q, W_k, W_v, W_o, num_heads):
+    """The per-head loop with k.transpose(-2, -1): on a 2-D numpy array it keeps k as it is."""
+    heads = []
+    for W_q_i, W_k_i, W_v_i in zip(*(np.split(W, num_heads, axis=1) for W in (W_q, W_k, W_v))):
+        q, k, v = X @ W_q_i, X @ W_k_i, X @ W_v_i
+        heads.append(softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[1])) @ v)
+    return np.concatenate(heads, axis=1) @ W_o
 
 
 MHA_WRONG = [
@@ -322,6 +393,14 @@ MHA_WRONG = [
     (mha_two_heads_only, "do not hard-code the number of heads"),
     (not_implemented, "not implemented yet"),
     (raises, "RuntimeError: boom"),
+    (mha_with(scale=lambda h, d_k: math.sqrt(5)), "√N, the number of tokens"),
+    (lambda X, *rest: mha_right(X, *rest) + X, "it adds X to the output"),
+    (lambda *args: mha_right(*args[:5], 1), "a single head over all the columns"),
+    # torch habits on numpy arrays
+    (mha_torch_habit_softmax, "it passes a numpy array to torch.softmax()"),
+    (mha_torch_habit_transpose, "np.swapaxes(k, -2, -1)"),
+    (mha_torch_habit_view, "calls .view(...)"),
+    (mha_transpose_no_op, "k.transpose(-2, -1) for one head's 2-D k"),
 ]
 
 
@@ -381,3 +460,50 @@ def test_checkers_are_exported():
 
     for name in ("check_split_heads", "check_merge_heads", "check_multi_head_attention"):
         assert name in nb03.__all__ and name in ex.__all__
+
+
+# answers that call the library function the exercise asks for -----------------------------------
+
+LIBRARY = "the exercise asks you to write it yourself"
+
+BY_THE_LIBRARY = [
+    (check_split_heads, split_heads, "mha_lib.split_heads"),
+    (check_split_heads, lambda Y, h: mha_lib.multihead.split_heads(Y, h), "mha_lib.split_heads"),
+    (check_split_heads, functools.partial(mha_lib.split_heads), "mha_lib.split_heads"),
+    (
+        check_split_heads,
+        lambda Y, h: mha_lib.pytorch.split_heads(torch.from_numpy(Y), h),
+        "mha_lib.pytorch.split_heads",
+    ),
+    (check_merge_heads, merge_heads, "mha_lib.merge_heads"),
+    (check_merge_heads, lambda Y: mha_lib.merge_heads(Y), "mha_lib.merge_heads"),
+    (
+        check_merge_heads,
+        lambda Y: mha_lib.pytorch.merge_heads(torch.from_numpy(Y)),
+        "mha_lib.pytorch.merge_heads",
+    ),
+    (check_multi_head_attention, multi_head_attention, "mha_lib.multi_head_attention"),
+    (
+        check_multi_head_attention,
+        lambda *args: mha_lib.multi_head_attention(*args),
+        "mha_lib.multi_head_attention",
+    ),
+    (
+        check_multi_head_attention,
+        lambda *args: mha_lib.multihead.multi_head_attention_loop(*args),
+        "mha_lib.multi_head_attention_loop",
+    ),
+]
+
+
+@pytest.mark.parametrize(("check", "fn", "shown"), BY_THE_LIBRARY)
+def test_the_library_answer_is_rejected(check, fn, shown, capsys):
+    passed, line = verdict(check, fn, capsys)
+    assert not passed and f"it calls {shown}" in line and LIBRARY in line, line
+
+
+def test_the_watch_on_the_library_is_undone():
+    before = (mha_lib.split_heads, mha_lib.multihead.split_heads, split_heads)
+    check_split_heads(lambda Y, h: split_heads(Y, h) + 1 / 0)
+    assert (mha_lib.split_heads, mha_lib.multihead.split_heads, split_heads) == before
+    assert mha_lib.multihead.split_heads.__module__ == "mha_lib.multihead"

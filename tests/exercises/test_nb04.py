@@ -5,6 +5,7 @@ The rule for containers is the same in every checker: tensors pass on any device
 requires_grad or as nn.Parameter; numpy arrays with the right values pass with a note that
 PyTorch needs a tensor."""
 
+import functools
 import math
 
 import numpy as np
@@ -13,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import mha_lib.block
+import mha_lib.pytorch
 from mha_lib.exercises.nb04 import (
     _BLOCK_CASES,
     _FORWARD_CASES,
@@ -71,6 +74,7 @@ def stacked_as_columns_then_transposed(W_q, W_k, W_v, W_o):
 
 
 TO_TORCH_RIGHT = [
+    lambda q, k, v, o: tuple(t.float() for t in reference_numpy_to_torch(q, k, v, o)),
     reference_numpy_to_torch,
     as_parameters,
     from_a_module,
@@ -98,6 +102,15 @@ TO_TORCH_WRONG = [
     (lambda q, k, v, o: reference_numpy_to_torch(q, k, v, o)[0], "expected a pair"),
     (lambda q, k, v, o: ("in_proj", "out_proj"), "expected a pair of arrays or tensors"),
     (lambda q, k, v, o: None, "not implemented"),
+    # W_q.T three times: once read as "the three blocks are in the wrong order"
+    (lambda q, k, v, o: tensors(np.concatenate([q.T, q.T, q.T]), o.T), "it uses W_q for more"),
+    (lambda q, k, v, o: tensors(np.concatenate([q.T, k.T, k.T]), o.T), "it uses W_k for more"),
+    (lambda q, k, v, o: tensors(np.concatenate([v.T, k.T, q.T]), o.T), "[W_v.T; W_k.T; W_q.T]"),
+    (lambda q, k, v, o: (torch.cat([q.T, k.T, v.T]), o.T), "it passes a numpy array to torch.cat"),
+    (
+        lambda q, k, v, o: dict(zip(("in_proj_weight", "out_proj_weight"), tensors(q, o))),
+        "it returns a dict",
+    ),
 ]
 
 
@@ -247,6 +260,10 @@ KEY_PADDING_WRONG = [
     (lambda lengths, S: reference_key_padding_mask(lengths, S).long(), "not integers"),
     (lambda lengths, S: torch.zeros(len(lengths), S, dtype=torch.bool), "blocks nothing"),
     (lambda lengths, S: 1 / 0, "ZeroDivisionError"),
+    (
+        lambda lengths, S: torch.arange(S)[None, :] >= torch.tensor(lengths),
+        "the lengths are not a column",
+    ),
 ]
 
 
@@ -302,11 +319,21 @@ def forward_through_the_module(x, in_proj_weight, out_proj_weight, num_heads):
     return attn(x)
 
 
+def forward_with_the_library_split(x, in_proj_weight, out_proj_weight, num_heads):
+    """Calls mha_lib.pytorch's split_heads and merge_heads, given in notebook 04: fine."""
+    q, k, v = (
+        mha_lib.pytorch.split_heads(t, num_heads) for t in F.linear(x, in_proj_weight).chunk(3, -1)
+    )
+    heads = F.scaled_dot_product_attention(q, k, v)  # (B, h, N, d)
+    return F.linear(mha_lib.pytorch.merge_heads(heads), out_proj_weight)
+
+
 FORWARD_RIGHT = [
     forward_sdpa,
     forward_written_out,
-    forward_through_the_module,
+    forward_with_the_library_split,
     lambda x, a, b, h: forward_sdpa(x, a, b, h).float(),  # float32 is fine
+    lambda x, a, b, h: forward_sdpa(x.float(), a.float(), b.float(), h),  # computed in float32
 ]
 
 
@@ -344,6 +371,51 @@ def forward_returns_heads(x, in_proj_weight, out_proj_weight, num_heads):
     return F.scaled_dot_product_attention(q, k, v)  # (B, h, N, d): not merged
 
 
+def forward_over_heads(x, in_proj_weight, out_proj_weight, num_heads):
+    """view(B, N, h, d) without transpose(1, 2): SDPA then attends among the heads."""
+    B, N, E = x.shape
+    q, k, v = (t.view(B, N, num_heads, -1) for t in F.linear(x, in_proj_weight).chunk(3, -1))
+    return F.linear(F.scaled_dot_product_attention(q, k, v).reshape(B, N, E), out_proj_weight)
+
+
+def forward_scale_d(x, in_proj_weight, out_proj_weight, num_heads):
+    _B, _N, E = x.shape
+    q, k, v = (
+        mha_lib.pytorch.split_heads(t, num_heads) for t in F.linear(x, in_proj_weight).chunk(3, -1)
+    )
+    heads = F.scaled_dot_product_attention(q, k, v, scale=num_heads / E)  # 1/d, not 1/√d
+    return F.linear(mha_lib.pytorch.merge_heads(heads), out_proj_weight)
+
+
+def forward_view_merge(x, in_proj_weight, out_proj_weight, num_heads):
+    """Written out, merged with view after transpose(1, 2): not contiguous, view raises."""
+    B, N, E = x.shape
+    q, k, v = (
+        mha_lib.pytorch.split_heads(t, num_heads) for t in F.linear(x, in_proj_weight).chunk(3, -1)
+    )
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(E // num_heads), dim=-1)
+    return F.linear((weights @ v).transpose(1, 2).view(B, N, E), out_proj_weight)
+
+
+def forward_k_transposed_1_2(x, in_proj_weight, out_proj_weight, num_heads):
+    """Written out with k.transpose(1, 2) on (B, h, N, d): heads and tokens swapped."""
+    E = x.shape[-1]
+    q, k, v = (
+        mha_lib.pytorch.split_heads(t, num_heads) for t in F.linear(x, in_proj_weight).chunk(3, -1)
+    )
+    weights = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(E // num_heads), dim=-1)
+    return F.linear(mha_lib.pytorch.merge_heads(weights @ v), out_proj_weight)
+
+
+def forward_with_dropout(x, in_proj_weight, out_proj_weight, num_heads):
+    _B, _N, _E = x.shape
+    q, k, v = (
+        mha_lib.pytorch.split_heads(t, num_heads) for t in F.linear(x, in_proj_weight).chunk(3, -1)
+    )
+    heads = F.scaled_dot_product_attention(q, k, v, dropout_p=0.1)
+    return F.linear(mha_lib.pytorch.merge_heads(heads), out_proj_weight)
+
+
 FORWARD_WRONG = [
     (forward_with(transpose_in=False, transpose_out=False), "as they are stored"),
     (forward_stored_layout, "in_proj_weight is (3E, E) = (18, 6)"),
@@ -363,6 +435,13 @@ FORWARD_WRONG = [
     (forward_returns_heads, "it returns the heads"),
     (lambda x, a, b, h: forward_sdpa(x, a, b, h).half(), "not float16"),
     (lambda x, a, b, h: None, "not implemented"),
+    (forward_over_heads, "it attends over the heads, not the tokens"),
+    (forward_with(axis=-2), "softmax over the wrong axis"),
+    (forward_scale_d, "divides the scores by d;"),
+    (forward_view_merge, "merge them with .reshape(B, N, E)"),
+    (forward_with_dropout, "changes from call to call"),
+    (lambda x, a, b, h: (None, forward_sdpa(x, a, b, h)), "the pair is in the wrong order"),
+    (forward_k_transposed_1_2, "k.transpose(1, 2) would swap the heads and the tokens"),
 ]
 
 
@@ -444,7 +523,8 @@ BLOCK_RIGHT = [
     block_from_parts,
     block_with_mask,
     block_by_hand,
-    lambda x, blk: blk(x, is_causal=True),  # the block itself: (output, None)
+    lambda x, blk: block_from_parts(x, blk).float(),  # float32 is fine
+    lambda x, blk: torch.nn.functional.pad(block_from_parts(x, blk), (0, 0)),
 ]
 
 
@@ -497,6 +577,58 @@ def block_norm1_twice(x, blk):
     return x + blk.linear2(F.relu(blk.linear1(blk.norm1(x))))
 
 
+def block_pre(
+    attn_norm=True,
+    ff_norm=True,
+    final=None,
+    swap_norms=False,
+    ff=True,
+    act=F.relu,
+    plain_norm=False,
+    bias=True,
+    float_ones=False,
+    kv_raw=False,
+    mask=None,
+):
+    """A learner's pre-LN block written from the parts, with one mistake switched on."""
+
+    def fn(x, blk):
+        N = x.shape[1]
+        n1, n2 = (blk.norm2, blk.norm1) if swap_norms else (blk.norm1, blk.norm2)
+        if plain_norm:
+            n1 = n2 = functools.partial(F.layer_norm, normalized_shape=x.shape[-1:])
+        t = n1(x) if attn_norm else x
+        if mask is not None:
+            a = blk.self_attn(t, attn_mask=mask(N))[0]
+        elif float_ones:
+            a = blk.self_attn(t, attn_mask=torch.ones(N, N, dtype=x.dtype).triu(1))[0]
+        elif kv_raw:
+            a = blk.self_attn(t, x, x, is_causal=True)[0]
+        else:
+            a = blk.self_attn(t, is_causal=True)[0]
+        x = x + a
+        if not ff:
+            return x
+        t = n2(x) if ff_norm else x
+        if bias:
+            out = x + blk.linear2(act(blk.linear1(t)))
+        else:
+            out = x + act(t @ blk.linear1.weight.T) @ blk.linear2.weight.T
+        return {"norm1": blk.norm1, "norm2": blk.norm2, None: lambda y: y}[final](out)
+
+    return fn
+
+
+def block_linears_swapped(x, blk):
+    x = x + blk.self_attn(blk.norm1(x), is_causal=True)[0]
+    return x + blk.linear1(F.relu(blk.linear2(blk.norm2(x))))
+
+
+def block_weight_not_transposed(x, blk):
+    x = x + blk.self_attn(blk.norm1(x), is_causal=True)[0]
+    return x + F.relu(blk.norm2(x) @ blk.linear1.weight) @ blk.linear2.weight
+
+
 BLOCK_WRONG = [
     (block_no_mask, "no causal mask"),
     (block_numpy_mask, "the causal mask is inverted"),
@@ -511,6 +643,24 @@ BLOCK_WRONG = [
     (lambda x, blk: block_from_parts(x, blk).float().half(), "not float16"),
     (lambda x, blk: block_from_parts(x, blk)[:, :-1], "expected shape (2, 5, 8); got (2, 4, 8)"),
     (lambda x, blk: None, "not implemented"),
+    # six mistakes that once all got "wrong values"
+    (block_pre(attn_norm=False), "attention reads x unnormalised"),
+    (block_pre(ff_norm=False), "feed-forward network reads its input unnormalised"),
+    (block_pre(final="norm2"), "normalises the block's output with norm2"),
+    (block_pre(final="norm1"), "normalises the block's output with norm1"),
+    (block_pre(swap_norms=True), "norm1 and norm2 are swapped"),
+    (block_pre(ff=False), "the feed-forward sublayer is missing"),
+    (block_pre(act=F.gelu), "the activation is GELU"),
+    (block_pre(plain_norm=True), "without the LayerNorms' weight and bias"),
+    (block_pre(bias=False), "leaves out the Linear layers' biases"),
+    (block_pre(float_ones=True), "the float mask holds 1s"),
+    (block_pre(kv_raw=True), "the keys and values read x unnormalised"),
+    (block_weight_not_transposed, "a Linear's weight is (out, in)"),
+    (block_linears_swapped, "linear1 (E -> F) first"),
+    (lambda x, blk: blk.self_attn(blk.norm1(x), is_causal=True), "attention sublayer's output"),
+    (block_pre(mask=lambda N: torch.ones(N, N, dtype=torch.bool).tril(-1)), "blocks the past"),
+    (block_pre(mask=lambda N: torch.ones(N, N, dtype=torch.bool).triu(0)), "also blocks the diag"),
+    (lambda x, blk: block_from_parts(x, blk).numpy(), "it calls .numpy() on a tensor"),
 ]
 
 
@@ -552,3 +702,50 @@ def test_catalogues_are_complete():
         (BLOCK_WRONG, BLOCK_RIGHT),
     ):
         assert len(wrong) >= 6 and len(right) >= 2
+
+
+# answers that call the library function the exercise asks for -----------------------------------
+
+LIBRARY = "the exercise asks you to write it yourself"
+
+
+def test_the_library_forward_is_rejected(capsys):
+    passed, line = verdict(check_attention_forward, forward_through_the_module, capsys)
+    assert not passed and "it calls mha_lib.pytorch.MultiHeadAttention" in line, line
+    assert LIBRARY in line
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, blk: blk(x, is_causal=True),  # the block itself: (output, None)
+        lambda x, blk: blk.forward(x, is_causal=True)[0],
+        lambda x, blk: mha_lib.block.TransformerBlock.forward(blk, x, is_causal=True),
+        functools.partial(lambda x, blk, causal: blk(x, is_causal=causal), causal=True),
+    ],
+)
+def test_the_library_block_is_rejected(fn, capsys):
+    passed, line = verdict(check_pre_ln_block, fn, capsys)
+    assert not passed and "it calls blk(x) (TransformerBlock's forward)" in line, line
+    assert LIBRARY in line
+
+
+def test_a_wrong_library_block_keeps_its_diagnosis(capsys):
+    passed, line = verdict(check_pre_ln_block, lambda x, blk: blk(x), capsys)
+    assert not passed and "no causal mask" in line and "TransformerBlock's forward" in line
+
+
+def test_the_watch_on_the_block_is_undone_even_when_the_answer_raises(capsys):
+    forward = mha_lib.block.TransformerBlock.forward
+
+    def calls_then_raises(x, blk):
+        blk(x, is_causal=True)
+        raise RuntimeError("boom")
+
+    passed, line = verdict(check_pre_ln_block, calls_then_raises, capsys)
+    assert not passed and "boom" in line and "TransformerBlock's forward" in line, line
+    assert mha_lib.block.TransformerBlock.forward is forward
+    assert verdict(check_pre_ln_block, block_from_parts, capsys) == (
+        True,
+        "✓ pre_ln_block: correct",
+    )
