@@ -9,7 +9,9 @@ transformers models (imported by the tests and conftest.py, not a test).
   GGUF file of its architecture: the numbers in the metadata, the matrices in one format
   (F32, F16, Q8_0, Q4_0, Q4_1, ...), the norms and biases in F32, the embedding in its own format;
   llama's W_Q and W_K rows permuted to adjacent RoPE pairs, Gemma's norms stored as 1 + w (as
-  llama.cpp's converter does); a vocabulary when given one.
+  llama.cpp's converter does); a vocabulary when given one; a RoPE scaling as the converter
+  writes it: Llama 3's as the tensor `rope_freqs.weight` (`llama3_rope_factors`), a linear one
+  as `rope.scaling.type` and `rope.scaling.factor`.
 """
 
 from __future__ import annotations
@@ -95,6 +97,28 @@ def add_vocab(w, kind: str) -> None:
     w.add_eos_token_id(v["eos"])
 
 
+def llama3_rope_factors(rope: dict, d: int) -> list[float]:
+    """The (d/2,) factors llama.cpp's converter stores for Llama 3's RoPE scaling (written here
+    from the scaling's definition, not from transformers): a pair whose wavelength 2π/ω_i is
+    shorter than original/high_freq_factor keeps its frequency (1), one longer than
+    original/low_freq_factor is slowed by `factor`, and in between the two are blended."""
+    import math
+
+    factor, low, high = rope["factor"], rope["low_freq_factor"], rope["high_freq_factor"]
+    original = rope["original_max_position_embeddings"]
+    out = []
+    for i in range(d // 2):
+        wavelength = 2 * math.pi * rope["rope_theta"] ** (2 * i / d)
+        if wavelength < original / high:
+            out.append(1.0)
+        elif wavelength > original / low:
+            out.append(float(factor))
+        else:
+            smooth = (original / wavelength - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return out
+
+
 def vocab_size(kind: str) -> int:
     return len((spm_vocab() if kind == "gemma3_text" else bpe_vocab())["tokens"])
 
@@ -139,6 +163,13 @@ def write_gguf(path, hf, *, qtype="Q8_0", embed_qtype="Q8_0", arch=None, vocab=T
         w.add_value_length(ours.head_dim)
     if kind == "gemma3_text":
         w.add_sliding_window(c.sliding_window)
+    scaling = rope["full_attention"] if "full_attention" in rope else rope
+    if scaling.get("rope_type") == "linear":
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(scaling["factor"])
+    elif scaling.get("rope_type") == "llama3":
+        factors = llama3_rope_factors(scaling, ours.head_dim)
+        extra = {"rope_freqs.weight": (np.array(factors, np.float32), "F32"), **(extra or {})}
     if vocab:
         add_vocab(w, kind)
     sd = hf.state_dict()

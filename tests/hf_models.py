@@ -57,11 +57,16 @@ def hf_tokenizer_from_gguf(path):
 
 
 def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: int = 48,
-              dtype=torch.float64, weight_std: float = 0.15, qwen3_head_dim: int = 24):  # fmt: skip
+              dtype=torch.float64, weight_std: float = 0.15, qwen3_head_dim: int = 24,
+              gemma3_head_dim: int = 16, rope_parameters: dict | None = None,
+              num_layers: int | None = None, query_pre_attn_scalar: int | None = None):  # fmt: skip
     """A random transformers causal LM of `kind` (see the module docstring): C = hidden_size,
-    F = 1.5 C, 4 query heads of 16 (qwen3: qwen3_head_dim), tied embedding, context 64; norm
+    F = 1.5 C, 4 query heads of 16 (qwen3: qwen3_head_dim; gemma3: gemma3_head_dim, with
+    query_pre_attn_scalar = d, as every Gemma 3 but the 27B), tied embedding, context 64; norm
     weights drawn around their neutral value, biases in [-0.5, 0.5], other weights
-    N(0, weight_std²)."""
+    N(0, weight_std²). rope_parameters: transformers' RoPE configuration instead of the kind's
+    (a scaling: Llama 3's, a linear one). num_layers, query_pre_attn_scalar: Gemma 3's, instead
+    of 7 and d."""
     import transformers as tf
 
     if kind not in KINDS:
@@ -71,9 +76,11 @@ def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: i
     common = dict(vocab_size=vocab_size, hidden_size=hidden_size,
                   intermediate_size=hidden_size * 3 // 2, max_position_embeddings=64,
                   rms_norm_eps=1e-6, tie_word_embeddings=True, num_attention_heads=4)  # fmt: skip
+    rope = {} if rope_parameters is None else {"rope_parameters": rope_parameters}
     if kind == "llama":
+        rope = rope or {"rope_theta": 500.0}
         cfg = tf.LlamaConfig(**common, num_hidden_layers=2, num_key_value_heads=2,
-                             head_dim=16, rope_theta=500.0)  # fmt: skip
+                             head_dim=16, **rope)  # fmt: skip
     elif kind == "qwen2":
         cfg = tf.Qwen2Config(**common, num_hidden_layers=2, num_key_value_heads=2,
                              rope_theta=3000.0)  # fmt: skip
@@ -84,9 +91,16 @@ def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: i
         cfg = tf.Gemma2Config(**common, num_hidden_layers=4, num_key_value_heads=2, head_dim=16,
                               sliding_window=5, query_pre_attn_scalar=20,
                               attn_logit_softcapping=3.0, final_logit_softcapping=5.0)  # fmt: skip
-    else:  # gemma3: query_pre_attn_scalar left at transformers' default, 256, as a GGUF file
-        cfg = tf.Gemma3TextConfig(**common, num_hidden_layers=7, num_key_value_heads=1,
-                                  head_dim=16, sliding_window=5)  # fmt: skip
+    else:  # gemma3: the scores scaled by 1/√d, as llama.cpp scales them (all but the 27B)
+        cfg = tf.Gemma3TextConfig(
+            **common,
+            num_hidden_layers=num_layers or 7,
+            num_key_value_heads=1,
+            head_dim=gemma3_head_dim,
+            sliding_window=5,
+            query_pre_attn_scalar=query_pre_attn_scalar or gemma3_head_dim,
+            **rope,
+        )
     cfg._attn_implementation = "eager"
     cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM,
            "qwen3": tf.Qwen3ForCausalLM, "gemma2": tf.Gemma2ForCausalLM,
@@ -125,7 +139,24 @@ def config_from_hf(c) -> DecoderConfig:
         mlp_activation="gelu_tanh" if gemma else "silu",
         attn_logit_softcap=getattr(c, "attn_logit_softcapping", None),
         final_logit_softcap=getattr(c, "final_logit_softcapping", None),
+        rope_freq_factors=rope_freq_factors_from_hf(c),
     )  # fmt: skip
+
+
+def rope_freq_factors_from_hf(c) -> tuple[float, ...] | None:
+    """The global layers' RoPE factors of a transformers config, from transformers' own
+    frequencies: RoPE's base^(-2i/d) divided by the scaled ones (None: no scaling)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rope = c.rope_parameters
+    rope = rope["full_attention"] if "full_attention" in rope else rope
+    if rope.get("rope_type", "default") == "default":
+        return None
+    layer_type = "full_attention" if "full_attention" in c.rope_parameters else None
+    scaled, _ = ROPE_INIT_FUNCTIONS[rope["rope_type"]](c, "cpu", layer_type=layer_type)
+    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    plain = rope["rope_theta"] ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return tuple((plain / scaled.double()).tolist())
 
 
 def decoder_from_hf(hf, dtype=torch.float64) -> DecoderLM:

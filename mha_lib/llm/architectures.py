@@ -5,17 +5,25 @@ its numbers under that name (`gemma3.block_count`, ...). Four are read here, eac
 series' one decoder (`mha_lib.nn.decoder.DecoderConfig`, by its options, never another loop):
 
 - "llama" (Llama 2 and 3.x, SmolLM2): notebook 12's decoder. llama.cpp's
-  converter stores each head's rows of W_Q and W_K permuted to adjacent RoPE pairs;
+  converter stores each head's rows of W_Q and W_K permuted to adjacent RoPE pairs, and Llama
+  3.1's and 3.2's frequency scaling as a tensor, `rope_freqs.weight`: (d/2,) factors that
+  divide RoPE's frequencies (`DecoderConfig.rope_freq_factors`);
 - "qwen2" (Qwen2, Qwen2.5): biases on q, k and v (`attention_bias`);
 - "qwen3" (Qwen3): QK-norm, and a head size that need not be C / h (`attention.key_length`);
 - "gemma3" (Gemma 3's text models): QK-norm; sliding-window layers (window
   `attention.sliding_window`) and global ones; the global layers' RoPE base
   (`rope.freq_base`); four norms per block, each stored as 1 + w (the file holds the weight an
   RMSNorm multiplies by: nothing to fold at load); the embedding times √C; a GELU-gated MLP.
-  Three numbers are not in the file, and are transformers' defaults for `gemma3_text`, which
-  the tests compare with: five sliding layers to each global one (the pattern 6), the sliding
-  layers' RoPE base 10,000, and `query_pre_attn_scalar` 256 (the scores scaled by 256^-1/2,
-  which is 1/√d for Gemma 3 270M's heads of 256).
+  Three numbers are not in the file, and are set as llama.cpp sets them: five sliding layers
+  to each global one (the pattern 6), the sliding layers' RoPE base 10,000, and the scores'
+  scale, 1/√d, except for the 27B (62 layers), whose scores are scaled by 1/√(C/h) = 1/√168
+  (transformers' `query_pre_attn_scalar`: 256 = d for 270M to 12B, 168 for 27B). Gemma 3 4B
+  to 27B stretch their global layers' RoPE (`rope.scaling.type` "linear", factor 8): read as
+  frequency factors, the sliding layers left as they are.
+Any architecture: a linear RoPE scaling (`rope.scaling.type` "linear" and
+`rope.scaling.factor`, as llama.cpp reads them) divides the global layers' frequencies by its
+factor; any other kind ("yarn", "longrope", as some Qwen2.5 and Qwen3 files hold) is refused
+by name.
 Qwen2, Qwen3 and Gemma 3 store W_Q and W_K in transformers' half-split RoPE layout: nothing to
 permute. Any other architecture is refused by name before a weight is read.
 
@@ -52,7 +60,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         {  # transformers' Gemma3TextConfig defaults, not stored in the file
             "sliding_window_pattern": 6,  # layer l is global when (l + 1) % 6 == 0
             "rope_local_base": 10_000.0,
-            "query_pre_attn_scalar": 256,
+            "layers_of_27b": 62,  # its scores are scaled by 1/√(C/h), the others' by 1/√d
         },
     ),
 }
@@ -114,7 +122,7 @@ def config_from_gguf(f) -> DecoderConfig:
             ),
             sliding_window=int(need("attention.sliding_window")),
             rope_local_base=spec.defaults["rope_local_base"],
-            query_scale=spec.defaults["query_pre_attn_scalar"] ** -0.5,
+            query_scale=(C // h if L == spec.defaults["layers_of_27b"] else d) ** -0.5,
             sandwich_norms=True,
             embedding_scale=C_scale,
             mlp_activation="gelu_tanh",
@@ -122,6 +130,7 @@ def config_from_gguf(f) -> DecoderConfig:
             final_logit_softcap=get("final_logit_softcapping"),
         )
     return DecoderConfig(
+        rope_freq_factors=_rope_freq_factors(f, arch, get, rope_dim),
         vocab_size=int(vocab),
         hidden_size=C,
         num_layers=L,
@@ -141,6 +150,31 @@ def config_from_gguf(f) -> DecoderConfig:
     )
 
 
+def _rope_freq_factors(f, arch: str, get, rope_dim: int) -> tuple[float, ...] | None:
+    """The (rope_dim/2,) factors that divide the global layers' RoPE frequencies, as llama.cpp
+    reads a file: Llama 3's `rope_freqs.weight`, times a linear scaling's factor; None when the
+    file asks for neither. Another kind of scaling is refused by name."""
+    factors, scaled = [1.0] * (rope_dim // 2), False
+    if "rope_freqs.weight" in f.tensors:
+        freqs = f.read("rope_freqs.weight").flatten()
+        if freqs.numel() != rope_dim // 2:
+            raise ValueError(
+                f"rope_freqs.weight has {freqs.numel()} factors; expected one per RoPE pair, "
+                f"rope_dim / 2 = {rope_dim // 2}"
+            )
+        factors, scaled = [float(x) for x in freqs], True
+    factor = get("rope.scaling.factor", get("rope.scale_linear"))
+    kind = get("rope.scaling.type", "linear" if factor else "none")  # llama.cpp's default
+    if kind not in ("none", "linear"):
+        raise ValueError(
+            f"{arch}.rope.scaling.type = {kind!r}: {f.path.name} stretches RoPE in a way not read "
+            "here (linear scaling and Llama 3's rope_freqs are)"
+        )
+    if kind == "linear" and factor and float(factor) != 1.0:
+        factors, scaled = [x * float(factor) for x in factors], True
+    return tuple(factors) if scaled else None
+
+
 def _optional_int(f, key: str, keys) -> int | None:
     return int(f.value(key)) if key in keys else None
 
@@ -157,6 +191,10 @@ def differences(config: DecoderConfig) -> list[str]:
             f"{sliding} of {c.num_layers} layers attend within a sliding window of "
             f"{c.sliding_window} keys, the others to every earlier key"
         )
+    if c.rope_freq_factors is not None:
+        lo, hi = min(c.rope_freq_factors), max(c.rope_freq_factors)
+        what = f"by {lo:g}" if lo == hi else f"by factors from {lo:g} to {hi:g}"
+        out.append(f"RoPE's frequencies divided {what} in the global layers (a longer context)")
     if c.rope_local_base is not None and c.rope_local_base != c.rope_base:
         out.append(f"RoPE base {c.rope_local_base:,.0f} in the sliding layers, "
                    f"{c.rope_base:,.0f} in the global ones")  # fmt: skip

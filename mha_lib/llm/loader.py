@@ -194,10 +194,19 @@ def _load(f: GGUFFile, attention, rope_interleaved: bool, *, config: DecoderConf
     """The model of an open file, every check first. rows_permuted: the file's W_Q and W_K rows
     are in adjacent RoPE pairs (llama.cpp's llama); quantized_embedding: keep a tied Q8_0
     embedding as its blocks."""
-    config = DecoderConfig.from_gguf(f) if config is None else config
+    if config is None:  # load_decoder, load_smollm2: a Llama file (notebook 12)
+        arch = f.value("general.architecture")
+        if arch != "llama":
+            raise ValueError(
+                f"{f.path.name} holds a {arch!r} model; expected 'llama' (Llama, SmolLM2): "
+                "load_gguf reads the others"
+            )
+        config = config_from_gguf(f)
     names = gguf_names(config)
     missing = sorted(set(names) - set(f.tensors))
-    extra = sorted(set(f.tensors) - set(names))
+    # Llama 3's RoPE factors are read into the config (`architectures`), not a weight
+    read = {"rope_freqs.weight"} if config.rope_freq_factors is not None else set()
+    extra = sorted(set(f.tensors) - set(names) - read)
     if missing or extra:
         raise ValueError(
             f"{f.path.name} does not hold this architecture's tensors: missing {missing[:3]}, "

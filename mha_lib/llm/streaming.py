@@ -126,7 +126,13 @@ def streaming_attention(
     window, sinks = check_int(window, "window", 1), check_int(sinks, "sinks", 0)
     _check_positions(positions)
 
-    def attention(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def attention(q: Tensor, k: Tensor, v: Tensor, **options) -> Tensor:
+        if options:  # a layer's own window, soft cap or sinks: not this rolling cache's
+            raise ValueError(
+                f"a streaming attention computes the rolling cache of {sinks} sinks and a "
+                f"window of {window}; this layer asks for {sorted(options)} too, which it "
+                "does not compute: use rolling_losses"
+            )
         _, h, N, d = q.shape
         g = h // k.shape[1]
         if k.shape[2] != N:
@@ -158,7 +164,29 @@ def streaming_attention(
 
 def masked_losses(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
                   positions: str = "cache") -> Tensor:  # fmt: skip
-    """(B, N - 1): the rolling cache's losses, in one pass (`streaming_attention`)."""
+    """(B, N - 1): the rolling cache's losses, in one pass (`streaming_attention`).
+
+    With positions="cache" and sinks, the sinks' keys are turned again inside the attention
+    function, which does not know its layer: every layer must turn RoPE alike (one base,
+    RoPE's own frequencies). A model whose layers do not is refused by name; `rolling_losses`
+    decodes it, each layer with its own cache."""
+    _check_positions(positions)
+    c = model.config
+    if positions == "cache" and sinks > 0:
+        if c.rope_freq_factors is not None:
+            raise ValueError(
+                "masked_losses turns the sinks' keys at RoPE's own frequencies; this model's "
+                "config has rope_freq_factors (its global layers' scaling): use rolling_losses "
+                'or positions="original"'
+            )
+        sliding = "sliding_attention" in (c.layer_types or ())
+        if sliding and c.rope_local_base not in (None, c.rope_base):
+            raise ValueError(
+                f"masked_losses turns every layer's sink keys with one RoPE base; this model's "
+                f"sliding layers turn with rope_local_base = {c.rope_local_base:g} and its "
+                f"global ones with rope_base = {c.rope_base:g}: use rolling_losses or "
+                'positions="original"'
+            )
     fn = streaming_attention(window, sinks, positions, model.config.rope_base,
                              model.rope_interleaved)  # fmt: skip
     return token_losses(model, input_ids, fn)

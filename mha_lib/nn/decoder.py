@@ -58,13 +58,14 @@ Other architectures are options of the config, never another loop (notebook 15 d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..positions import rope, rope_permutation
+from ..positions import rope, rope_frequencies, rope_permutation
 from ..pytorch import merge_heads
 from .backends import AttentionFn, RecordWeights, resolve_attention
 from .gqa import GroupedQueryAttention
@@ -115,6 +116,9 @@ class DecoderConfig:
     layer_types: tuple[str, ...] | None = None  # per layer, of LAYER_TYPES (None: all full)
     sliding_window: int | None = None  # W, the keys a sliding layer's query sees (itself too)
     rope_local_base: float | None = None  # the sliding layers' RoPE base (None: rope_base)
+    # (rope_dim/2,) the global layers' RoPE frequencies ω_i divided by these: Llama 3's scaling
+    # (as llama.cpp stores it, rope_freqs.weight) or a linear one (every factor the same)
+    rope_freq_factors: tuple[float, ...] | None = None
     attention_bias: bool = False  # biases on q, k and v (Qwen2)
     query_scale: float | None = None  # scores q·k times this (None: 1/√d; Gemma: 256^-1/2)
     sandwich_norms: bool = False  # a norm after each sublayer too: four per block (Gemma)
@@ -149,6 +153,11 @@ class DecoderConfig:
                     "a positive int"
                 )
             object.__setattr__(self, "layer_types", types)  # a tuple, whatever was given
+        if self.rope_freq_factors is not None:
+            factors = tuple(float(f) for f in self.rope_freq_factors)
+            if not all(math.isfinite(f) and f > 0 for f in factors):
+                raise ValueError(f"rope_freq_factors = {factors}; expected positive numbers")
+            object.__setattr__(self, "rope_freq_factors", factors)  # a tuple of floats
         if self.mlp_activation not in MLP_ACTIVATIONS:
             raise ValueError(
                 f"mlp_activation = {self.mlp_activation!r}; expected one of "
@@ -322,7 +331,9 @@ class DecoderAttention(GroupedQueryAttention):
     And, notebook 15's, per layer (`layer`, its index, picks its type in `layer_types`): a
     sliding layer's queries see their last `window` keys (the option `window` of the attention
     function, and a rolling `SinkKVCache` without sinks from `new_cache`) and its RoPE turns
-    with `rope_local_base`; `attention_bias` puts biases on q, k and v (not on W_O);
+    with `rope_local_base`, and a global layer's RoPE turns pair i at ω_i / factor_i with
+    `rope_freq_factors` (Llama 3's scaling, or a linear one: Gemma 3 4B to 27B); `attention_bias`
+    puts biases on q, k and v (not on W_O);
     `query_scale` is folded into the queries (q times query_scale·√d, so that q·k/√d is the
     score the model wants, for every attention function and every measure of q);
     `attn_logit_softcap` and `attention_sinks` are told to the attention function as a
@@ -350,6 +361,13 @@ class DecoderAttention(GroupedQueryAttention):
         self.rope_base = config.rope_local_base if local else config.rope_base
         self.rope_interleaved = rope_interleaved
         self.rope_dim = config.head_dim if config.rope_dim is None else config.rope_dim
+        # the global layers' frequencies divided by these (None: RoPE's own base^(-2i/d))
+        self.rope_freq_factors = None if sliding else config.rope_freq_factors
+        if self.rope_freq_factors is not None and len(self.rope_freq_factors) != self.rope_dim // 2:
+            raise ValueError(
+                f"rope_freq_factors has {len(self.rope_freq_factors)} entries; expected one per "
+                f"pair of the rotated dimensions, rope_dim / 2 = {self.rope_dim // 2}"
+            )
         if config.qk_norm:
             self.q_norm = RMSNorm(config.head_dim, config.rms_norm_eps)  # (d,)
             self.k_norm = RMSNorm(config.head_dim, config.rms_norm_eps)  # (d,)
@@ -404,11 +422,17 @@ class DecoderAttention(GroupedQueryAttention):
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """RoPE (notebook 10): x (B, heads, n, d) turned by its positions (n,); with a partial
-        rotary, only its first rope_dim numbers."""
+        rotary, only its first rope_dim numbers; with frequency factors, pair i turns at
+        ω_i / factor_i."""
+        frequencies = None
+        if self.rope_freq_factors is not None:
+            factors = torch.tensor(self.rope_freq_factors, dtype=torch.float64, device=x.device)
+            omega = rope_frequencies(self.rope_dim, self.rope_base).to(x.device)  # (rope_dim/2,)
+            frequencies = omega / factors  # (rope_dim/2,)
+        turn = dict(interleaved=self.rope_interleaved, frequencies=frequencies)
         if self.rope_dim == x.shape[-1]:
-            return rope(x, positions, self.rope_base, interleaved=self.rope_interleaved)
-        turned = rope(x[..., : self.rope_dim], positions, self.rope_base,
-                      interleaved=self.rope_interleaved)  # fmt: skip
+            return rope(x, positions, self.rope_base, **turn)
+        turned = rope(x[..., : self.rope_dim], positions, self.rope_base, **turn)
         return torch.cat([turned, x[..., self.rope_dim :]], dim=-1)  # (B, heads, n, d)
 
 

@@ -3,6 +3,8 @@ against what transformers 5.23 reads from the same file, written here as measure
 takes 35-50 s, so tests/llm/test_gemma3.py does it once), the defaults named, the differences
 from notebook 12's Llama, and an unknown architecture refused by name."""
 
+from dataclasses import replace
+
 import pytest
 
 from mha_lib.llm.architectures import ARCHITECTURES, config_from_gguf, differences
@@ -31,7 +33,8 @@ def test_gemma3_270ms_configuration_from_its_file():
     lines = differences(cfg)
     assert len(lines) == 8 and lines[0].startswith("15 of 18 layers attend within a sliding")
     assert set(ARCHITECTURES["gemma3"].defaults) == {
-        "sliding_window_pattern", "rope_local_base", "query_pre_attn_scalar"}  # fmt: skip
+        "sliding_window_pattern", "rope_local_base", "layers_of_27b"}  # fmt: skip
+    assert cfg.rope_freq_factors is None  # 270M stretches nothing (4B to 27B do)
 
 
 def test_a_llama_has_no_differences_and_others_are_named(tmp_path, make_tiny_gguf):
@@ -42,6 +45,13 @@ def test_a_llama_has_no_differences_and_others_are_named(tmp_path, make_tiny_ggu
         cfg = config_from_gguf(f)
         assert cfg == DecoderConfig.from_gguf(f)  # notebook 12's reader, the same numbers
     assert differences(cfg) == []
+    pairs = cfg.head_dim // 2
+    llama3 = replace(cfg, rope_freq_factors=(1.0,) * (pairs - 1) + (8.0,))
+    assert differences(llama3) == [
+        "RoPE's frequencies divided by factors from 1 to 8 in the global layers (a longer context)"
+    ]
+    linear = differences(replace(cfg, rope_freq_factors=(8.0,) * pairs))
+    assert linear == ["RoPE's frequencies divided by 8 in the global layers (a longer context)"]
     make_tiny_gguf(tmp_path / "x.gguf", arch="falcon")
     with (
         GGUFFile(tmp_path / "x.gguf") as f,

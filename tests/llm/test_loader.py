@@ -253,7 +253,7 @@ def hf_of(kind: str):
     from tests.hf_models import random_hf
 
     return random_hf(kind, vocab_size=vocab_size(KINDS[kind]), hidden_size=64,
-                     dtype=torch.float32, qwen3_head_dim=128)  # fmt: skip
+                     dtype=torch.float32, qwen3_head_dim=128, gemma3_head_dim=256)  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=[(k, q) for k in KINDS for q in FORMATS],
@@ -399,18 +399,99 @@ def test_bad_files_are_refused_before_a_weight_is_read(tmp_path, monkeypatch):
     assert reads == []
 
 
-def test_a_llama_file_with_rope_frequencies_is_refused_naming_them(tmp_path):
-    """What notebook 15's section 6 says of Llama 3.1 and 3.2 files: llama.cpp's converter
-    writes their RoPE frequency scaling as one more tensor, rope_freqs.weight, which the loader
-    does not read; such a file is refused naming it, before a weight is read."""
+ROPE_SCALINGS = {  # name: (kind, transformers' rope_parameters)
+    "llama3": ("llama", {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 32}),
+    "gemma3-linear": ("gemma3", {
+        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(ROPE_SCALINGS))
+def test_a_file_with_a_rope_scaling_loads_equal_to_transformers(name, tmp_path):
+    """Llama 3.1's and 3.2's scaling (llama.cpp writes it as rope_freqs.weight) and Gemma 3 4B
+    to 27B's linear one on the global layers: the loaded model equals transformers built with
+    the same configuration (logits, 12 greedy tokens), its factors equal transformers' own
+    frequencies' ratio, and without them the logits are far off (the factors matter here)."""
+    from dataclasses import replace
+
+    from mha_lib.llm.loader import load_gguf
+    from mha_lib.nn.decoder import DecoderLM
+    from tests.gguf_files import vocab_size, write_gguf
+    from tests.hf_models import config_from_hf, random_hf
+
+    kind, rope = ROPE_SCALINGS[name]
+    hf = random_hf(kind, vocab_size=vocab_size(KINDS[kind]), hidden_size=64,
+                   dtype=torch.float32, rope_parameters=rope)  # fmt: skip
+    path = tmp_path / f"{name}.gguf"
+    write_gguf(path, hf, qtype="F32", embed_qtype="F32")
+    ours, _ = load_gguf(path)
+    factors = torch.tensor(ours.config.rope_freq_factors)
+    expected = torch.tensor(config_from_hf(hf.config).rope_freq_factors)
+    assert_close(factors, expected, rtol=1e-6, atol=0)
+    assert len(set(factors.tolist())) == (4 if kind == "llama" else 1)  # 1, two blended, 8
+    ids = ids_of((2, 21), ours.config.vocab_size, seed=32)
+    plain = DecoderLM(replace(ours.config, rope_freq_factors=None)).eval()
+    plain.load_state_dict(ours.state_dict())
+    with torch.no_grad():
+        assert_close(ours(ids), hf(ids).logits, rtol=0, atol=1e-4, msg=name)
+        assert (plain(ids) - hf(ids).logits).abs().max() > 1e-2
+    prompt = ids[:1, :9]
+    out = generate(ours, prompt, 12, stop_ids=())
+    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12,
+                           min_new_tokens=12, do_sample=False, pad_token_id=0)  # fmt: skip
+    assert out.tolist() == expected.tolist()
+
+
+def test_gemma3_27b_scales_its_scores_as_llama_cpp_does(tmp_path):
+    """llama.cpp scales Gemma 3's scores by 1/√d, but the 27B's (62 layers) by 1/√(C/h), which is
+    transformers' query_pre_attn_scalar (168 = 5376/32 for the 27B). Here d = 32 and C/h = 16:
+    a file of 62 layers loads equal to transformers with query_pre_attn_scalar 16."""
+    from mha_lib.llm.loader import load_gguf
+    from tests.gguf_files import vocab_size, write_gguf
+    from tests.hf_models import random_hf
+
+    hf = random_hf("gemma3", vocab_size=vocab_size("gemma3_text"), hidden_size=64,
+                   dtype=torch.float32, gemma3_head_dim=32, num_layers=62,
+                   query_pre_attn_scalar=16, weight_std=0.05)  # fmt: skip
+    path = tmp_path / "gemma3-62.gguf"
+    write_gguf(path, hf, qtype="F32", embed_qtype="F32")
+    ours, _ = load_gguf(path)
+    assert ours.config.query_scale == 16**-0.5 and ours.config.head_dim == 32
+    ids = ids_of((1, 11), ours.config.vocab_size, seed=33)
+    with torch.no_grad():
+        assert_close(ours(ids), hf(ids).logits, rtol=0, atol=1e-4)
+
+
+def test_a_rope_scaling_not_read_here_is_refused_by_name(tmp_path, monkeypatch):
+    """A YaRN-stretched Qwen2.5 or Qwen3 file (rope.scaling.type "yarn") is refused naming the
+    key, before a weight is read; so are Llama 3 factors of the wrong length."""
+    import gguf
     import numpy as np
 
     from mha_lib.llm import loader
     from tests.gguf_files import write_gguf
 
-    hf = hf_of("llama")
-    d = hf.config.hidden_size // hf.config.num_attention_heads
-    path = tmp_path / "llama3.gguf"
-    write_gguf(path, hf, qtype="Q8_0", extra={"rope_freqs.weight": (np.ones(d // 2), "F32")})
-    with pytest.raises(ValueError, match=r"unexpected \['rope_freqs.weight'\]"):
+    reads = []
+    monkeypatch.setattr(loader, "read_weight", lambda *a, **k: reads.append(a[1]))
+    add_base = gguf.GGUFWriter.add_rope_freq_base
+
+    def with_yarn(self, value):  # the converter writes these beside the base
+        add_base(self, value)
+        self.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        self.add_rope_scaling_factor(4.0)
+
+    monkeypatch.setattr(gguf.GGUFWriter, "add_rope_freq_base", with_yarn)
+    path = tmp_path / "qwen2-yarn.gguf"
+    write_gguf(path, hf_of("qwen2"), qtype="Q8_0")
+    with pytest.raises(ValueError, match=r"qwen2.rope.scaling.type = 'yarn'"):
         loader.load_gguf(path)
+    monkeypatch.setattr(gguf.GGUFWriter, "add_rope_freq_base", add_base)
+    path = tmp_path / "llama-bad-factors.gguf"
+    write_gguf(path, hf_of("llama"), qtype="Q8_0",
+               extra={"rope_freqs.weight": (np.ones(5), "F32")})  # fmt: skip
+    with pytest.raises(ValueError, match=r"rope_freqs.weight has 5 factors; expected .* = 8"):
+        loader.load_gguf(path)
+    assert reads == []

@@ -282,3 +282,39 @@ def test_bad_arguments_are_refused(small):
     with pytest.raises(ValueError, match="without a cache"):
         q = torch.zeros(1, 4, 1, 10)
         streaming_attention(3, 1)(q, torch.zeros(1, 2, 5, 10), torch.zeros(1, 2, 5, 10))
+
+
+def test_layers_that_turn_rope_differently_are_honoured_or_refused_by_name(small):
+    """The one-pass losses turn the sinks' keys inside an attention function that does not
+    know its layer: with positions="original" nothing is turned again, and a model with RoPE
+    frequency factors gives the rolling cache's losses; with positions="cache" it is refused
+    naming the factors, a model of two RoPE bases naming them, and a sliding layer's own window
+    (which the function does not compute) naming it, never a TypeError."""
+    from dataclasses import replace
+
+    def like_small(config):
+        model = DecoderLM(config).double().eval().requires_grad_(False)
+        model.load_state_dict(small.state_dict())
+        return model
+
+    ids = ids_of((1, 12), 53, seed=3)
+    scaled = like_small(replace(small.config, rope_freq_factors=(1.0, 2.0, 4.0, 8.0, 8.0)))
+    assert_close(
+        masked_losses(scaled, ids, 4, 2, "original"),
+        rolling_losses(scaled, ids, 4, 2, "original"),
+        rtol=0,
+        atol=1e-10,
+    )
+    assert not torch.equal(
+        masked_losses(scaled, ids, 4, 2, "original"), masked_losses(small, ids, 4, 2, "original")
+    )
+    with pytest.raises(ValueError, match="rope_freq_factors"):
+        masked_losses(scaled, ids, 4, 2, "cache")
+    kinds = ("sliding_attention", "full_attention", "sliding_attention")
+    two_bases = like_small(
+        replace(small.config, layer_types=kinds, sliding_window=6, rope_local_base=10000.0)
+    )
+    with pytest.raises(ValueError, match="rope_local_base = 10000 and its global ones"):
+        masked_losses(two_bases, ids, 4, 2, "cache")
+    with pytest.raises(ValueError, match=r"asks for \['window'\] too"):
+        masked_losses(two_bases, ids, 4, 2, "original")  # 12 keys, a window of 6

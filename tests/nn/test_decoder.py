@@ -469,7 +469,9 @@ def test_a_gemma3_layer_has_its_type_its_base_and_its_cache():
     types = [layer.self_attn.layer_type for layer in ours.layers]
     assert types == ["sliding_attention"] * 5 + ["full_attention", "sliding_attention"]
     assert [layer.self_attn.rope_base for layer in ours.layers[4:6]] == [10000.0, 1e6]
-    assert ours.layers[0].self_attn.query_factor == 0.25  # 256^-1/2 · √16: folded into q
+    assert ours.layers[0].self_attn.query_factor == 1.0  # scores scaled by 1/√d: nothing to do
+    other = decoder_from_hf(random_hf("gemma3", query_pre_attn_scalar=256))
+    assert other.layers[0].self_attn.query_factor == 0.25  # 256^-1/2 · √16: folded into q
     cache = ours.new_cache(1, 40)
     assert cache.layers[0].nbytes == 2 * 1 * 1 * 5 * 16 * 8  # a window's worth, float64
     assert cache.layers[5].nbytes == 2 * 1 * 1 * 40 * 16 * 8
