@@ -219,3 +219,28 @@ def test_notebooks_leave_torchs_compiler_stack_unloaded(path):
     for index, source in code_cells(path):
         uses = _compiler_stack_uses(source)
         assert not uses, f"{path.name} cell {index}: " + "; ".join(COMPILER_STACK[u] for u in uses)
+
+
+def binder_table() -> dict[str, list[str]]:
+    """{row label: cells} of binder/README.md's measured table, and its header under "after"."""
+    text = (ROOT / "binder" / "README.md").read_text(encoding="utf-8")
+    block = text.split("<!-- binder-table:start -->")[1].split("<!-- binder-table:end -->")[0]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in block.strip().splitlines()]
+    return {row[0]: row[1:] for row in rows if not set(row[0]) <= {"-"}}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:3].rstrip("_"))
+def test_each_notebook_says_where_its_run_time_is_measured(path):
+    """The header's "Runs in" points to the row that holds the notebook's measured time."""
+    header = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
+    for part in ("**You will learn**", "**You need**", "**Runs in**"):
+        assert part in header, f"{path.name}'s first cell has no {part}"
+    runs_in = header.split("**Runs in**")[1].split("\n\n")[0]
+    assert "(../binder/README.md#memory-on-binder)" in runs_in, runs_in
+    assert '"run time"' in runs_in, runs_in
+    assert "## Memory on Binder" in (ROOT / "binder" / "README.md").read_text(encoding="utf-8")
+    table = binder_table()
+    number = path.name.split("_")[0]
+    assert number in table["after"], f"binder/README.md's table has no column for {number}"
+    seconds = table["run time, s"][table["after"].index(number)]
+    assert seconds.isdigit(), f"{number}'s run time reads {seconds!r}"
