@@ -15,10 +15,11 @@ Laid out in layers, as the series builds. The core, on top, is what notebooks 01
   buckets (notebook 10; imports torch).
 The first two are the numpy core; the other four, and the building blocks, the torch layer.
 Shared by every notebook: `testing` (`assert_close`, the one equality check),
-`plot` (attention heatmaps), `diagrams` (the data flow and the head split),
-`example` (the running example), `stats` (Wilson and t intervals), `runtime`
-(`pick_device`, a light `Adam` and `SGD`, freed memory handed back, a process's memory and a sweep's
-provenance) and `_checks` (input checks with clear messages).
+`plot` (attention heatmaps), `diagrams` (the core path's schematic figures: the
+roadmap, data flows, the head split, the pre- and post-LN blocks), `example` (the running
+example), `stats` (Wilson and t intervals), `runtime` (`pick_device`, a light `Adam` and
+`SGD`, freed memory handed back, a process's memory and a sweep's provenance) and `_checks`
+(input checks with clear messages).
 
 Below the core, one layer of torch building blocks that every later part builds on, importing
 only the core and the shared modules:
