@@ -4,10 +4,12 @@ never silently different.
 
 The models: the small random models of tests/hf_models.small_configs (Llama, Qwen2, Qwen3,
 Gemma 2, Gemma 3, and one config per remaining option: Llama 3's and Gemma 3's RoPE frequency
-factors, sink logits, the output gate, partial RoPE), float64 weights from
-`distributed.weights.RandomWeights`, and a small Qwen3.5 hybrid (`HybridLM`, two gated-DeltaNet
-layers and one full-attention layer with QK-norm, partial RoPE and the output gate). The
-consumers and their references:
+factors, sink logits, the output gate, partial RoPE) and the Llama with an output matrix of its
+own, with float64 weights from `distributed.weights.RandomWeights`; and a small Qwen3.5 hybrid
+(`HybridLM`, two gated-DeltaNet layers and one full-attention layer with QK-norm, partial RoPE
+and the output gate).
+
+The consumers and their references:
 - tensor parallelism over 2 ranks (`tensor_parallel_rank`, all the models in one group of
   processes) against the model's own forward, to 1e-12;
 - streaming's one-pass losses (`masked_losses`, positions "cache" and "original", a window of 4
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import pytest
 import torch
@@ -39,7 +41,7 @@ from mha_lib.testing import assert_close
 from mha_lib.toy.circuits import k_composition
 from tests.hf_models import SMALL_CONFIGS, small_configs
 
-NAMES = (*SMALL_CONFIGS, "qwen3_5")
+NAMES = (*SMALL_CONFIGS, "untied", "qwen3_5")
 P = 2  # ranks
 WINDOW, SINKS, TOKENS = 4, 2, 12  # streaming: past every sliding window of the models (5)
 
@@ -108,9 +110,11 @@ _weights: dict = {}
 
 def weights_of() -> dict[str, RandomWeights]:
     if not _weights:
+        configs = small_configs()
+        configs["untied"] = replace(configs["llama"], tie_embeddings=False)
         _weights.update({
             name: RandomWeights(config, seed=3, dtype=torch.float64)
-            for name, config in small_configs().items()
+            for name, config in configs.items()
         })  # fmt: skip
     return _weights
 
@@ -132,7 +136,7 @@ def test_every_option_of_the_config_is_in_the_table():
 
 def test_the_models_set_every_option(models):
     seen = {name for config, _ in models.values() for name in options_set(config)}
-    assert seen >= set(OPTIONS) - {"tie_embeddings"}  # (an untied head: the hybrid's default)
+    assert seen == set(OPTIONS)
 
 
 # ---------------------------------------------------------------------------- tensor parallelism
