@@ -169,3 +169,46 @@ def decoder_from_hf(hf, dtype=torch.float64) -> DecoderLM:
         k: sd[v] + 1 if gemma and "norm" in k else sd[v] for k, v in hf_names(cfg).items()
     })  # fmt: skip
     return ours
+
+
+# transformers' RoPE scalings the small models below carry: Llama 3's, and Gemma 3 4B to 27B's
+# linear one on the global layers
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}  # fmt: skip
+GEMMA3_LINEAR_ROPE = {
+    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+}
+
+
+SMALL_CONFIGS = (
+    *KINDS,
+    "llama3_rope",
+    "gemma3_linear_rope",
+    "attention_sinks",
+    "attn_output_gate",
+    "rope_dim",
+)  # the names small_configs gives
+
+
+def small_configs(vocab_size: int = 96) -> dict[str, DecoderConfig]:
+    """name: a DecoderConfig of a small model for the consumers' tests (tests/test_consumers.py,
+    tests/distributed): each architecture of `random_hf` (its `config_from_hf`), vocab_size
+    rows (96: divisible by 1 to 4 ranks), and one config per option no architecture there has:
+    Llama 3's RoPE frequency factors, Gemma 3's linear ones on its global layers, gpt-oss's sink
+    logits, Qwen3.5's output gate and its partial RoPE (on the Llama)."""
+    from dataclasses import replace
+
+    cfgs = {kind: config_from_hf(random_hf(kind, vocab_size=vocab_size).config) for kind in KINDS}
+    cfgs["llama3_rope"] = config_from_hf(
+        random_hf("llama", vocab_size=vocab_size, rope_parameters=LLAMA3_ROPE).config
+    )
+    cfgs["gemma3_linear_rope"] = config_from_hf(
+        random_hf("gemma3", vocab_size=vocab_size, rope_parameters=GEMMA3_LINEAR_ROPE).config
+    )
+    llama = cfgs["llama"]
+    cfgs["attention_sinks"] = replace(llama, attention_sinks=True)
+    cfgs["attn_output_gate"] = replace(llama, attn_output_gate=True)
+    cfgs["rope_dim"] = replace(llama, rope_dim=llama.head_dim // 4)
+    assert tuple(cfgs) == SMALL_CONFIGS
+    return cfgs

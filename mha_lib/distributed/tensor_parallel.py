@@ -16,6 +16,16 @@ The heads are independent until W_O sums them, so rank r can hold its own heads 
   and an all_gather puts the P ranges side by side.
 The norms are tiny and every rank holds them whole. No rank holds the whole model.
 
+The options of later models (`DecoderConfig`) run as in one process: what belongs to a head
+goes with it (biases on q, k and v, the output gate's W_G, a sink logit), what every head
+shares is whole on every rank (QK-norm's weights, the four norms of a sandwich block), the
+layer's own options ride on the `DecoderAttention` each rank builds (a sliding layer's window
+and RoPE base, RoPE's frequency factors, partial RoPE, the query scale, the soft cap of the
+scores), and the rest sits in `DecoderShard.forward` (the embedding's scale, the logits' soft
+cap, number by number on each rank's range). With fewer key/value heads than ranks (Gemma 3's
+one), each key/value head is copied to the ranks of its query heads. A "linear_attention" layer
+is refused by name.
+
 The model is notebook 12's (`mha_lib.nn.decoder`): each rank builds `DecoderBlock`s whose
 attention is a `DecoderAttention` with its own h/P query heads and h_kv/P key/value heads
 (`AttentionShard`) and whose MLP is a `SwiGLU` of F/P hidden units, and runs `DecoderBlock`'s
@@ -85,11 +95,29 @@ SMOLLM2_ATOL = 5e-4
 
 
 def check_world_size(config: DecoderConfig, world_size: int) -> None:
-    """Raise ValueError unless world_size divides the key/value heads, the MLP and the
-    vocabulary (and the output head is the embedding, tied)."""
+    """Raise ValueError unless world_size divides the key/value heads (or, with fewer key/value
+    heads than ranks, is a multiple of them and divides the query heads: each key/value head is
+    then copied to the ranks of its query heads), the MLP and the vocabulary, and the output
+    head is the embedding, tied. A layer the ranks cannot split (a "linear_attention" layer of
+    `layer_types`) is refused by name."""
     P = check_int(world_size, "world_size", 1)
+    linear = [l for l in range(config.num_layers) if config.layer_type(l) == "linear_attention"]
+    if linear:
+        raise ValueError(
+            f"layer_types[{linear[0]}] = 'linear_attention': tensor parallelism splits softmax "
+            "attention by heads; a gated-DeltaNet layer is not split here"
+        )
+    h, h_kv = config.num_heads, config.num_kv_heads
+    copied = P > h_kv and P % h_kv == 0  # each key/value head on P / h_kv ranks
+    if copied and h % P:
+        raise ValueError(
+            f"world_size = {P} does not divide num_heads = {h}: with fewer key/value heads than "
+            "ranks, each rank must hold num_heads / world_size whole query heads of one group "
+            "(its key/value head copied)"
+        )
+    sizes = [] if copied else [("num_kv_heads", h_kv, "key/value heads, each with its query heads")]
     for what, n, unit in (
-        ("num_kv_heads", config.num_kv_heads, "key/value heads, each with its query heads"),
+        *sizes,
         ("intermediate_size", config.intermediate_size, "hidden units of the MLP"),
         ("vocab_size", config.vocab_size, "rows of the vocabulary"),
     ):
@@ -110,31 +138,57 @@ def _range(n: int, rank: int, world_size: int) -> tuple[int, int]:
     return rank * share, (rank + 1) * share
 
 
+def _kv_range(config: DecoderConfig, rank: int, world_size: int) -> tuple[int, int]:
+    """The rows of W_K and W_V (whole heads of d) that rank r's query heads read: its h_kv/P
+    key/value heads, or, with fewer key/value heads than ranks, the one its group shares."""
+    d, h_kv, P = config.head_dim, config.num_kv_heads, world_size
+    if P <= h_kv:
+        return _range(h_kv * d, rank, P)
+    group = rank // (P // h_kv)  # the ranks P/h_kv at a time share a key/value head
+    return group * d, (group + 1) * d
+
+
 def shard_plan(config: DecoderConfig, rank: int, world_size: int) -> dict[str, tuple[Span, Span]]:
-    """{parameter name: (rows, cols)}: the part of each stored (out, in) weight `rank` holds."""
+    """{parameter name: (rows, cols)}: the part of each stored (out, in) weight `rank` holds.
+
+    Beyond Llama's weights: the biases of q, k and v (Qwen2) and the output gate's W_G
+    (Qwen3.5) go with their heads' rows, the sink logits (gpt-oss) with their heads; the norms
+    (two or four per block, QK-norm's over d shared by the heads) are whole on every rank."""
     check_world_size(config, world_size)
     check_int(rank, "rank", 0)
     if rank >= world_size:
         raise ValueError(f"rank = {rank}; expected 0 .. {world_size - 1} (world_size - 1)")
     c, P, d = config, world_size, config.head_dim
     heads = _range(c.num_heads * d, rank, P)  # rank r's query heads, whole
-    kv = _range(c.num_kv_heads * d, rank, P)  # and the key/value heads they share
+    kv = _kv_range(c, rank, P)  # and the key/value heads they share
     hidden = _range(c.intermediate_size, rank, P)
+    whole = (None, None)
     plan: dict[str, tuple[Span, Span]] = {"embed.weight": (_range(c.vocab_size, rank, P), None)}
     for i in range(c.num_layers):
-        p = f"layers.{i}."
+        p, a = f"layers.{i}.", f"layers.{i}.self_attn."
         plan |= {
-            p + "norm1.weight": (None, None),
-            p + "self_attn.q_proj.weight": (heads, None),  # column-parallel W_Q
-            p + "self_attn.k_proj.weight": (kv, None),
-            p + "self_attn.v_proj.weight": (kv, None),
-            p + "self_attn.out_proj.weight": (None, heads),  # row-parallel W_O
-            p + "norm2.weight": (None, None),
+            p + "norm1.weight": whole,
+            a + "q_proj.weight": (heads, None),  # column-parallel W_Q
+            a + "k_proj.weight": (kv, None),
+            a + "v_proj.weight": (kv, None),
+            a + "out_proj.weight": (None, heads),  # row-parallel W_O
+            p + "norm2.weight": whole,
             p + "mlp.gate_proj.weight": (hidden, None),  # column-parallel
             p + "mlp.up_proj.weight": (hidden, None),
             p + "mlp.down_proj.weight": (None, hidden),  # row-parallel
         }
-    plan["norm.weight"] = (None, None)
+        if c.attention_bias:  # (heads·d,): with their heads' rows
+            plan |= {a + "q_proj.bias": (heads, None), a + "k_proj.bias": (kv, None),
+                     a + "v_proj.bias": (kv, None)}  # fmt: skip
+        if c.qk_norm:  # (d,): shared by every head
+            plan |= {a + "q_norm.weight": whole, a + "k_norm.weight": whole}
+        if c.sandwich_norms:
+            plan |= {p + "post_norm1.weight": whole, p + "post_norm2.weight": whole}
+        if c.attn_output_gate:  # W_G (h·d, C): a head's gate with its head
+            plan[a + "gate_proj.weight"] = (heads, None)
+        if c.attention_sinks:  # (h,): one logit per query head
+            plan[a + "sink_logits"] = (_range(c.num_heads, rank, P), None)
+    plan["norm.weight"] = whole
     return plan
 
 
@@ -169,7 +223,8 @@ class Collectives:
 
 
 class AttentionShard(DecoderAttention):
-    """Notebook 12's `DecoderAttention` with h/P query heads and their h_kv/P key/value heads.
+    """Notebook 12's `DecoderAttention` with h/P query heads and their h_kv/P key/value heads
+    (with fewer key/value heads than ranks, the one their group shares), of layer `layer`.
 
     It is the decoder's attention layer built for fewer heads of the same width d (notebook 08's
     `GroupedQueryAttention` takes head_dim): its forward is DecoderAttention's, unchanged: RoPE,
@@ -179,10 +234,11 @@ class AttentionShard(DecoderAttention):
     it weights with `weights.fill` (`load_shard` does).
     """
 
-    def __init__(self, config: DecoderConfig, world_size: int) -> None:
+    def __init__(self, config: DecoderConfig, world_size: int, layer: int = 0) -> None:
         P = world_size
-        super().__init__(replace(config, num_heads=config.num_heads // P,
-                                 num_kv_heads=config.num_kv_heads // P))  # fmt: skip
+        h_kv = max(config.num_kv_heads // P, 1)  # fewer key/value heads than ranks: one, copied
+        super().__init__(replace(config, num_heads=config.num_heads // P, num_kv_heads=h_kv),
+                         layer=layer)  # fmt: skip
 
 
 class DecoderShard(nn.Module):
@@ -214,8 +270,8 @@ class DecoderShard(nn.Module):
         self.embed = nn.Embedding(config.vocab_size // P, C, _weight=rows)
         mlp = replace(config, intermediate_size=config.intermediate_size // P)  # its hidden units
         self.layers = nn.ModuleList(
-            DecoderBlock(mlp, attention=AttentionShard(config, P))  # and its heads
-            for _ in range(config.num_layers)
+            DecoderBlock(mlp, attention=AttentionShard(config, P, l))  # and its heads
+            for l in range(config.num_layers)
         )
         self.norm = RMSNorm(C, config.rms_norm_eps)
         self.comm = Collectives()
@@ -243,14 +299,21 @@ class DecoderShard(nn.Module):
         mine = (local >= 0) & (local < E.shape[0])
         x = E[local.clamp(0, E.shape[0] - 1)] * mine[..., None]  # (B, n, C): 0 for others' ids
         x = comm.all_reduce(x, "embedding")  # each id is found on exactly one rank
+        if self.config.embedding_scale is not None:
+            x = x * self.config.embedding_scale  # Gemma: √C
         for l, layer in enumerate(self.layers):  # DecoderBlock.forward, with Megatron's two
             layer_cache = None if cache is None else cache.layers[l]
             partial = layer.self_attn(layer.norm1(x), positions, layer_cache, fn)  # (B, n, C)
-            x = x + comm.all_reduce(partial, "attention")  # all_reduce 1: Σ_ranks Σ_h head_h W_O^h
-            x = x + comm.all_reduce(layer.mlp(layer.norm2(x)), "mlp")  # all_reduce 2: W_down's
+            a = comm.all_reduce(partial, "attention")  # all_reduce 1: Σ_ranks Σ_h head_h W_O^h
+            x = x + (a if layer.post_norm1 is None else layer.post_norm1(a))  # (sandwich norms)
+            m = comm.all_reduce(layer.mlp(layer.norm2(x)), "mlp")  # all_reduce 2: W_down's
+            x = x + (m if layer.post_norm2 is None else layer.post_norm2(m))
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
         logits = F.linear(self.norm(x), E)  # (B, n, V/P): the logits of this rank's range
+        cap = self.config.final_logit_softcap
+        if cap is not None:  # c·tanh(z/c), number by number: on each rank's range
+            logits = torch.tanh(logits / cap) * cap
         return comm.all_gather_last(logits, "logits")  # (B, n, V)
 
 

@@ -147,8 +147,8 @@ class GGUFWeights:
             raise KeyError(f"no weight named {name!r} in {self.path.name}")
         theirs = self.names[name]
         n = self.file.tensors[theirs].shape
-        if len(n) == 1:
-            return self.file.read(theirs)  # a norm's weight, (C,), whole
+        if len(n) == 1:  # a norm's weight (C,), whole, or a bias with its heads' rows
+            return self.file.read(theirs)[_span(rows, n[0])]
         start, stop = (0, n[0]) if rows is None else rows
         if not 0 <= start < stop <= n[0]:
             raise ValueError(f"rows = {rows} of {name}; expected 0 <= start < stop <= {n[0]}")

@@ -136,8 +136,9 @@ class HybridLM(DecoderLM):
 
     def new_sink_cache(self, *args, **kwargs):
         raise ValueError(
-            "a hybrid model has no sink cache: its linear layers' states have already summed in "
-            "the tokens a rolling cache would drop (use new_cache)"
+            "a hybrid model has no sink cache: its linear layers' states (layer_types "
+            "'linear_attention') have already summed in the tokens a rolling cache would drop "
+            "(use new_cache)"
         )
 
     @classmethod

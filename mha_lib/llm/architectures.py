@@ -180,11 +180,18 @@ def _optional_int(f, key: str, keys) -> int | None:
 
 
 def differences(config: DecoderConfig) -> list[str]:
-    """How `config` differs from notebook 12's Llama (SmolLM2-135M: every layer global, GQA,
-    one RoPE base, two norms per block, SwiGLU, no biases, scores scaled by 1/√d), one line
-    each; [] for a Llama."""
+    """How `config` differs from notebook 12's Llama (SmolLM2-135M: every layer softmax
+    attention over every earlier key, GQA, one RoPE base over all of d, two norms per block,
+    SwiGLU, no biases, scores scaled by 1/√d, no sinks, no gate), one line per option it sets
+    (a `HybridConfig`'s linear-attention layers too); [] for a Llama."""
     c = config
     out = []
+    if c.layer_types is not None and "linear_attention" in c.layer_types:
+        linear = c.layer_types.count("linear_attention")
+        out.append(
+            f"{linear} of {c.num_layers} layers mix tokens through a gated-DeltaNet state "
+            "(linear attention), the others through softmax attention"
+        )
     if c.layer_types is not None and "sliding_attention" in c.layer_types:
         sliding = c.layer_types.count("sliding_attention")
         out.append(
@@ -198,6 +205,10 @@ def differences(config: DecoderConfig) -> list[str]:
     if c.rope_local_base is not None and c.rope_local_base != c.rope_base:
         out.append(f"RoPE base {c.rope_local_base:,.0f} in the sliding layers, "
                    f"{c.rope_base:,.0f} in the global ones")  # fmt: skip
+    if c.rope_dim not in (None, c.head_dim):
+        out.append(
+            f"partial RoPE: only the first {c.rope_dim} of each head's {c.head_dim} numbers turn"
+        )
     if c.num_kv_heads == 1:
         out.append(f"one key/value head for {c.num_heads} query heads (multi-query attention)")
     if c.head_dim * c.num_heads != c.hidden_size:
@@ -208,6 +219,10 @@ def differences(config: DecoderConfig) -> list[str]:
         out.append("biases on q, k and v")
     if c.query_scale is not None and abs(c.query_scale * c.head_dim**0.5 - 1) > 1e-12:
         out.append(f"scores scaled by {c.query_scale:.4g}, not 1/√d = {c.head_dim**-0.5:.4g}")
+    if c.attention_sinks:
+        out.append("a learned sink logit per head in every softmax (attention may go nowhere)")
+    if c.attn_output_gate:
+        out.append("each head's output gated by sigmoid(x W_G) before W_O")
     if c.sandwich_norms:
         out.append("four norms per block: each sublayer's output is normalised too")
     if c.embedding_scale is not None:

@@ -20,7 +20,9 @@ second copy becomes predictable. The measures:
 - `qk_circuit(model, layer, head, distance)`, `ov_circuit(model, layer, head)`: notebook 06's
   circuits in a real layer (its `head_weights`, `mha_lib.nn.circuits`), the RMSNorm weights
   folded in, the key/value head shared by the head's GQA group, and RoPE's rotation for a
-  query `distance` tokens after the key;
+  query `distance` tokens after the key (the layer's own: its base, frequency factors, partial
+  rotation), the query scale folded in; what is not linear (QK-norm, biases, the output gate,
+  a sandwich block's second norm, a linear-attention layer) is refused by name;
 - `composition_scores(model, later, earlier, kind, distance)`: K- or Q-composition of later
   heads with earlier heads, from the circuits' (C, d) factors (d × d matrices only);
 - the sweep behind notebook 13's ablations: `SWEEP`, `SWEEP_FILE`, `run_sweep`, `load_sweep`
@@ -54,7 +56,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..nn.backends import attention_weights
-from ..nn.circuits import head_weights, stripe_score
+from ..nn.circuits import head_weights, refuse_nonlinear, stripe_score
 from ..nn.decoder import DecoderLM
 from ..runtime import provenance
 from .loader import load_smollm2
@@ -185,21 +187,41 @@ def swapped_stripe(model: DecoderLM, layer: int, x_queries: Tensor, x_keys: Tens
 # ---------------------------------------------------------------------------- circuits
 
 
-def _factors(model: DecoderLM, layer: int, head: int, distance: int = 0):
+def _factors(model: DecoderLM, layer: int, head: int, distance: int = 0, sides=("qk", "ov")):
     """W_QK = Q Kᵀ and W_OV = V O as their (C, d) and (d, C) factors (see qk_circuit): the
     head's weights (`nn.circuits.head_weights`, the key and value of its GQA group) with the
-    layer's RMSNorm weight γ folded in and the queries turned by RoPE."""
+    layer's RMSNorm weight γ folded in, the queries turned by RoPE (the layer's own `rotate`:
+    its base, frequency factors, partial RoPE) and scaled by the query scale. What is not linear
+    on the sides asked for is refused by name (`nn.circuits.refuse_nonlinear`, and a sandwich
+    block's norm after the attention, "ov")."""
     cfg = model.config
     if not (0 <= layer < cfg.num_layers and 0 <= head < cfg.num_heads):
         raise ValueError(
             f"layer {layer}, head {head}: expected < {cfg.num_layers}, {cfg.num_heads}"
         )
-    block = model.layers[layer]
+    if cfg.layer_type(layer) == "linear_attention":
+        raise ValueError(
+            f"layer_types[{layer}] = 'linear_attention': a gated-DeltaNet layer has no query-key "
+            "scores and no per-head value circuit"
+        )
+    block, attn = model.layers[layer], model.layers[layer].self_attn
+    for side in sides:
+        refuse_nonlinear(attn, side)
+    if "ov" in sides and cfg.sandwich_norms:
+        raise ValueError(
+            "sandwich_norms: the layer normalises the heads' summed output before it reaches the "
+            "stream (an RMSNorm, not linear), so what a head writes is not x W_OV"
+        )
+    if "qk" in sides and attn.window is not None and abs(distance) >= attn.window:
+        raise ValueError(
+            f"distance = {distance}: layer {layer} slides over a window of {attn.window} keys "
+            "(sliding_window), so a query never sees a key that far back"
+        )
     gamma = block.norm1.weight  # (C,)
-    W_q, W_k, W_v, O = head_weights(block.self_attn, head)  # (C, d) x 3, (d, C)
+    W_q, W_k, W_v, O = head_weights(attn, head)  # (C, d) x 3, (d, C)
     # rope(x W_q, i) · rope(x W_k, j) = rope(x W_q, i - j) · x W_k: turn each row of W_q by i - j
-    W_q = (W_q.T * gamma).T  # (C, d): diag(γ) W_q
-    Q = block.self_attn.rotate(W_q, torch.full((W_q.shape[0],), distance))  # (C, d)
+    W_q = (W_q.T * gamma).T * attn.query_factor  # (C, d): diag(γ) W_q, times the query scale
+    Q = attn.rotate(W_q, torch.full((W_q.shape[0],), distance))  # (C, d)
     K = (W_k.T * gamma).T  # (C, d)
     V = (W_v.T * gamma).T  # (C, d)
     return Q, K, V, O
@@ -210,15 +232,23 @@ def qk_circuit(model: DecoderLM, layer: int, head: int, distance: int = 0) -> Te
     key row x_j, `distance` = i - j tokens apart, score (x_i W_QK x_jᵀ) / √d after RMSNorm's
     division by each row's rms. The RMSNorm weight γ is folded in (diag(γ) W_Q, diag(γ) W_K); the
     key head is the one the head's GQA group shares; RoPE turns the key by `distance` relative
-    to the query (W_QK depends on the distance: at 0 it is W_Q W_Kᵀ)."""
-    Q, K, _, _ = _factors(model, layer, head, distance)
+    to the query (W_QK depends on the distance: at 0 it is W_Q W_Kᵀ), with the layer's own RoPE
+    (its base, frequency factors, partial rotation); a query scale (`query_scale`) is folded
+    into W_Q. The score is the one the attention function receives: a soft cap
+    (`attn_logit_softcap`) and sink logits (`attention_sinks`) act after it. Refused by name:
+    QK-norm (`qk_norm`), biases (`attention_bias`), a linear-attention layer, a distance
+    outside a sliding layer's window."""
+    Q, K, _, _ = _factors(model, layer, head, distance, ("qk",))
     return Q @ K.T  # (C, C)
 
 
 def ov_circuit(model: DecoderLM, layer: int, head: int) -> Tensor:
     """W_OV (C, C) = diag(γ) W_V W_O of a query head: what attending to a key row x_j (after
-    RMSNorm) writes into the residual stream, x_j W_OV; W_V is the group's shared value head."""
-    _, _, V, O = _factors(model, layer, head)
+    RMSNorm) writes into the residual stream, x_j W_OV; W_V is the group's shared value head.
+    Refused by name: biases (`attention_bias`), the output gate (`attn_output_gate`), four norms
+    per block (`sandwich_norms`: the heads' sum is normalised before it is written), a
+    linear-attention layer."""
+    _, _, V, O = _factors(model, layer, head, sides=("ov",))
     return V @ O  # (C, C)
 
 
@@ -234,12 +264,12 @@ def composition_scores(model: DecoderLM, later, earlier, kind: str = "K",
         raise ValueError(f"kind = {kind!r}; expected 'K' or 'Q'")
     writers = []  # each earlier head: V (C, d), O (d, C), VᵀV, O Oᵀ, ‖V O‖_F
     for l0, h0 in earlier:
-        _, _, V, O = _factors(model, l0, h0)
+        _, _, V, O = _factors(model, l0, h0, sides=("ov",))
         gram_V, gram_O = V.T @ V, O @ O.T  # (d, d)
         writers.append((O, gram_V, torch.trace(gram_V @ gram_O).sqrt()))
     rows = []
     for l1, h1 in later:
-        Q, K, _, _ = _factors(model, l1, h1, distance)
+        Q, K, _, _ = _factors(model, l1, h1, distance, ("qk",))
         gram_Q, gram_K = Q.T @ Q, K.T @ K  # (d, d)
         qk_norm = torch.trace(gram_Q @ gram_K).sqrt()  # ‖Q Kᵀ‖_F
         row = []

@@ -31,6 +31,11 @@ saw when it was decoded:
 tests/llm/test_streaming.py checks both against the rolling cache token by token, and the
 original positions against transformers' model under the same explicit mask.
 
+The model's options: partial RoPE turns the sinks' keys on the same rope_dim numbers as the
+layers do; what the one pass cannot compute is refused by name (a layer's own window, soft cap
+or sink logits, as the config names them; at cache positions with sinks, RoPE frequency factors
+and two RoPE bases), and a "linear_attention" layer by both the one pass and the rolling cache.
+
 What it holds:
 - `token_losses(model, input_ids, attention=None)`: (B, N - 1) losses of one pass;
 - `streaming_attention(window, sinks, positions, rope_base, interleaved)`: the batched
@@ -119,19 +124,22 @@ def streaming_attention(
     positions: str = "cache",
     rope_base: float = 10000.0,
     interleaved: bool = False,
+    rope_dim: int | None = None,
 ) -> AttentionFn:
     """attention(q, k, v) -> o over a whole sequence (q (B, h, N, d) and k, v (B, h_kv, N, d),
     rotated at positions 0 .. N - 1) equal to decoding it through a rolling cache of `sinks`
-    sinks and a `window` (see the module docstring). rope_base, interleaved: the model's."""
+    sinks and a `window` (see the module docstring). rope_base, interleaved, rope_dim (the
+    numbers of each head RoPE turns; None: all d): the model's."""
     window, sinks = check_int(window, "window", 1), check_int(sinks, "sinks", 0)
     _check_positions(positions)
 
     def attention(q: Tensor, k: Tensor, v: Tensor, **options) -> Tensor:
         if options:  # a layer's own window, soft cap or sinks: not this rolling cache's
+            config_names = sorted(_OPTION_FIELDS.get(name, name) for name in options)
             raise ValueError(
                 f"a streaming attention computes the rolling cache of {sinks} sinks and a "
-                f"window of {window}; this layer asks for {sorted(options)} too, which it "
-                "does not compute: use rolling_losses"
+                f"window of {window}; this layer asks for {sorted(options)} too (the model's "
+                f"{', '.join(config_names)}), which it does not compute: use rolling_losses"
             )
         _, h, N, d = q.shape
         g = h // k.shape[1]
@@ -150,7 +158,9 @@ def streaming_attention(
         shift = (t - (sinks + window - 1)).clamp(min=0)  # (N,): text position - cache place
         S = min(sinks, N)
         k_sink = k[:, :, :S, None].expand(-1, -1, -1, N, -1)  # (B, h_kv, S, N, d)
-        k_sink = rope(k_sink, shift, rope_base, interleaved)  # turned on by shift_t for query t
+        r = d if rope_dim is None else rope_dim  # partial RoPE: the first r numbers turn
+        turned = rope(k_sink[..., :r], shift, rope_base, interleaved)  # on by shift_t for query t
+        k_sink = torch.cat([turned, k_sink[..., r:]], dim=-1)  # (B, h_kv, S, N, d)
         k_sink = k_sink.repeat_interleave(g, dim=1)  # (B, h, S, N, d)
         sink_scores = torch.einsum("bhtd,bhstd->bhts", q, k_sink) / math.sqrt(d)  # (B, h, N, S)
         seen = t[:, None] >= torch.arange(S, device=q.device)[None, :]  # (N, S): sink s <= t
@@ -162,6 +172,25 @@ def streaming_attention(
     return attention
 
 
+# the attention function's options a layer may ask for, by the config field that sets them
+_OPTION_FIELDS = {
+    "window": "sliding_window",
+    "score_mod": "attn_logit_softcap",
+    "sink_logits": "attention_sinks",
+}
+
+
+def _refuse_linear_layers(model: DecoderLM) -> None:
+    """A layer without a rolling cache of keys (a gated-DeltaNet state) is refused by name."""
+    c = model.config
+    linear = [l for l in range(c.num_layers) if c.layer_type(l) == "linear_attention"]
+    if linear:
+        raise ValueError(
+            f"layer_types[{linear[0]}] = 'linear_attention': a state that has summed every "
+            "earlier token has no rolling cache of keys to stream through"
+        )
+
+
 def masked_losses(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
                   positions: str = "cache") -> Tensor:  # fmt: skip
     """(B, N - 1): the rolling cache's losses, in one pass (`streaming_attention`).
@@ -171,6 +200,7 @@ def masked_losses(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
     RoPE's own frequencies). A model whose layers do not is refused by name; `rolling_losses`
     decodes it, each layer with its own cache."""
     _check_positions(positions)
+    _refuse_linear_layers(model)
     c = model.config
     if positions == "cache" and sinks > 0:
         if c.rope_freq_factors is not None:
@@ -187,8 +217,8 @@ def masked_losses(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
                 f"global ones with rope_base = {c.rope_base:g}: use rolling_losses or "
                 'positions="original"'
             )
-    fn = streaming_attention(window, sinks, positions, model.config.rope_base,
-                             model.rope_interleaved)  # fmt: skip
+    fn = streaming_attention(window, sinks, positions, c.rope_base, model.rope_interleaved,
+                             c.rope_dim)  # fmt: skip
     return token_losses(model, input_ids, fn)
 
 
@@ -207,6 +237,7 @@ def rolling_losses(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
     _check_ids(model, input_ids)
     window, sinks = check_int(window, "window", 1), check_int(sinks, "sinks", 0)
     _check_positions(positions)
+    _refuse_linear_layers(model)
     B, N = input_ids.shape
     cache = model.new_sink_cache(B, window, sinks, rope_positions=positions)
     losses = []

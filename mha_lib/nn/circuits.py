@@ -11,8 +11,13 @@ circuits). Weights A (..., N, N) have rows = queries and columns = keys.
   the row-vector convention of the series (x W, x a row of the residual stream, C = embed_dim),
   from a `mha_lib.pytorch.MultiHeadAttention` (its packed in_proj_weight) or a
   `mha_lib.nn.gqa.GroupedQueryAttention` (the key and value of the head's group);
-- `qk_circuit`: W_QK^h = W_Q^h W_K^hᵀ (C, C); query row x_i and key row x_j score x_i W_QK x_jᵀ;
+- `qk_circuit`: W_QK^h = W_Q^h W_K^hᵀ (C, C); query row x_i and key row x_j score x_i W_QK x_jᵀ
+  (a decoder layer's query scale folded in; RoPE's rotation cancels for a query and a key at
+  the same position, and `mha_lib.llm.induction.qk_circuit` gives it at any distance);
 - `ov_circuit`: W_OV^h = W_V^h W_O^h (C, C); a key row x_j writes x_j W_OV into the stream;
+- what is not linear in x is refused by name, never folded into another matrix: biases on q, k
+  and v (`attention_bias`, or a packed `in_proj_bias`), QK-norm (`qk_norm`: q and k divided by
+  their own rms), the output gate (`attn_output_gate`: a sigmoid of x);
 - `composition_score`: ‖A Bᵀ‖_F / (‖A‖_F ‖B‖_F) for two (C, C) matrices;
 - `k_composition`, `q_composition`, `v_composition`: how much of what an earlier head writes
   (x W_OV^0) a later head reads through its keys, its queries or its values (Elhage et al.
@@ -38,6 +43,7 @@ __all__ = [
     "q_composition",
     "qk_circuit",
     "random_composition",
+    "refuse_nonlinear",
     "stripe_score",
     "v_composition",
 ]
@@ -89,15 +95,46 @@ def head_weights(attention, head: int) -> tuple[Tensor, ...]:
     return W_q, W_k, W_v, W_o[cols, :]
 
 
+def refuse_nonlinear(attention, side: str) -> None:
+    """Raise ValueError, naming the option, if the layer's scores (side "qk") or what it writes
+    (side "ov") are not the bilinear or linear map of x its circuit is: biases on q, k and v
+    (`attention_bias`; a packed `in_proj_bias`), QK-norm (`qk_norm`, "qk" only), an output gate
+    (`attn_output_gate`, "ov" only)."""
+    biased = getattr(attention, "in_proj_bias", None) is not None or any(
+        getattr(getattr(attention, name, None), "bias", None) is not None
+        for name in (("q_proj", "k_proj") if side == "qk" else ("v_proj",))
+    )
+    if biased:
+        raise ValueError(
+            "attention_bias: q, k and v have biases, so x W + b is affine, not the linear map "
+            "a circuit is; the circuits are not computed for such a layer"
+        )
+    if side == "qk" and getattr(attention, "q_norm", None) is not None:
+        raise ValueError(
+            "qk_norm: the layer divides each head's q and k by their own rms (QK-norm), which "
+            "is not linear in x; its QK circuit is not computed"
+        )
+    if side == "ov" and getattr(attention, "gate_proj", None) is not None:
+        raise ValueError(
+            "attn_output_gate: each head's output is multiplied by sigmoid(x W_G), which is not "
+            "linear in x; its OV circuit is not computed"
+        )
+
+
 def qk_circuit(attention, head: int) -> Tensor:
     """W_QK^h = W_Q^h W_K^hᵀ (C, C), rank <= d: the score of query x_i and key x_j is
-    x_i W_QK x_jᵀ / √d."""
+    x_i W_QK x_jᵀ / √d (a decoder layer's `query_factor`, its query scale, folded in; with RoPE,
+    for a query and key at the same position). A layer whose scores are not bilinear in x is
+    refused by name (`refuse_nonlinear`)."""
+    refuse_nonlinear(attention, "qk")
     W_q, W_k, _, _ = head_weights(attention, head)
-    return W_q @ W_k.T  # (C, C)
+    return W_q @ W_k.T * getattr(attention, "query_factor", 1.0)  # (C, C)
 
 
 def ov_circuit(attention, head: int) -> Tensor:
-    """W_OV^h = W_V^h W_O^h (C, C), rank <= d: what attending to x_j adds to the stream."""
+    """W_OV^h = W_V^h W_O^h (C, C), rank <= d: what attending to x_j adds to the stream. A layer
+    whose output is not linear in its values is refused by name (`refuse_nonlinear`)."""
+    refuse_nonlinear(attention, "ov")
     _, _, W_v, W_o = head_weights(attention, head)
     return W_v @ W_o  # (C, C)
 

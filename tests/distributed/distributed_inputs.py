@@ -8,6 +8,7 @@ single-process references from the same inputs.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 import torch
 
@@ -31,6 +32,8 @@ TINY_KV4 = replace(TINY, num_heads=8, num_kv_heads=4, head_dim=6)
 SMOLLM2_WORLD_SIZES = (1, 3)
 SMOLLM2_IDS = [15944, 48357, 30855, 897, 4070, 282, 253, 1743, 690, 1545, 3381, 42]
 SMOLLM2_NEW_TOKENS = 4
+# every architecture and option of tests/hf_models.small_configs runs on these world sizes
+ARCH_WORLD_SIZES = (1, 2)
 # gloo's own collectives are measured on this many float32 numbers (768 KiB, divisible by 1..4)
 GLOO_NUMEL = 12 * 2**14
 
@@ -78,7 +81,20 @@ def tp_cases(P: int) -> dict[str, tuple]:
     }
     if P in SMOLLM2_WORLD_SIZES:  # the real model: no rank holds it whole (P = 3)
         cases["smollm2"] = (GGUFWeights(), True, SMOLLM2_NEW_TOKENS)
+    if P in ARCH_WORLD_SIZES:  # Qwen2, Qwen3, Gemma 2 and 3, the options: 9 tokens, past windows
+        cases |= {f"arch_{name}": (w, False, 0) for name, w in arch_weights().items()}
     return cases
+
+
+@cache
+def arch_weights() -> dict[str, RandomWeights]:
+    """name: seeded random float64 weights of each small model of `small_configs`."""
+    from tests.hf_models import small_configs
+
+    return {
+        name: RandomWeights(config, seed=3, dtype=torch.float64)
+        for name, config in small_configs().items()
+    }
 
 
 def tp_ids(weights) -> torch.Tensor:

@@ -10,6 +10,8 @@ sums run in another order, about 10 float32 roundings). SmolLM2: `SMOLLM2_ATOL` 
 of order 30), justified here against the same model in float64: the sharded float32 logits are
 no farther from the float64 ones than three times the one-process float32 model's own error."""
 
+from dataclasses import asdict, replace
+
 import pytest
 import torch
 
@@ -27,6 +29,7 @@ from mha_lib.distributed.weights import TINY, GGUFWeights, RandomWeights, parame
 from mha_lib.llm import generate
 from mha_lib.testing import assert_close
 from tests.distributed.distributed_inputs import (
+    ARCH_WORLD_SIZES,
     SMOLLM2_NEW_TOKENS,
     SMOLLM2_WORLD_SIZES,
     WORLD_SIZES,
@@ -34,6 +37,7 @@ from tests.distributed.distributed_inputs import (
     tp_config,
     tp_ids,
 )
+from tests.hf_models import SMALL_CONFIGS
 
 
 def reference(weights, ids) -> torch.Tensor:
@@ -59,6 +63,53 @@ def test_sharded_logits_equal_the_one_process_model(groups, P, name):
         tokens = generate(weights.model(), ids, new_tokens, stop_ids=())[:, ids.shape[1] :]
         for result in groups[P][name]:
             assert result["generated"].tolist() == tokens.tolist()
+
+
+@pytest.mark.parametrize("P", ARCH_WORLD_SIZES)
+@pytest.mark.parametrize("name", SMALL_CONFIGS)
+def test_every_architecture_sharded_equals_the_one_process_model(groups, P, name):
+    """float64 logits to 1e-12 (of order 5 to 45): each option sharded as one process runs it,
+    and each rank reads exactly what it holds."""
+    weights = tp_cases(P)[f"arch_{name}"][0]
+    ids = tp_ids(weights)  # (2, 9): past Gemma's sliding window of 5
+    expected = reference(weights, ids)
+    for result in groups[P][f"arch_{name}"]:
+        assert_close(result["logits"], expected, rtol=0, atol=1e-12)
+        assert result["read"] == result["held"]
+        assert P == 1 or result["held"] < sum(p.numel() for p in weights.model().parameters())
+
+
+def test_gemma3s_one_key_value_head_is_copied_to_the_ranks_of_its_query_heads():
+    """Gemma 3's h = 4 query heads share h_kv = 1 key/value head: over 2 ranks each holds 2 query
+    heads and the whole W_K and W_V; over 3 the query heads do not split, and the message says
+    so; QK-norm's and the four norms' weights are whole on every rank."""
+    from tests.hf_models import small_configs
+
+    config = small_configs()["gemma3"]
+    d = config.head_dim
+    assert (config.num_heads, config.num_kv_heads) == (4, 1)
+    for r in range(2):
+        plan = shard_plan(config, r, 2)
+        assert plan["layers.0.self_attn.q_proj.weight"] == ((2 * d * r, 2 * d * (r + 1)), None)
+        assert plan["layers.0.self_attn.k_proj.weight"] == ((0, d), None)  # the one head, copied
+        assert plan["layers.0.self_attn.v_proj.weight"] == ((0, d), None)
+        for name in ("self_attn.q_norm", "self_attn.k_norm", "post_norm1", "post_norm2"):
+            assert plan[f"layers.6.{name}.weight"] == (None, None)
+    shard, _ = load_shard(RandomWeights(config), 1, 2)
+    attn = shard.layers[0].self_attn
+    assert (attn.num_heads, attn.num_kv_heads, attn.window) == (2, 1, 5)  # layer 0 slides
+    assert shard.layers[5].self_attn.window is None  # layer 5 is global
+    with pytest.raises(ValueError, match="world_size = 3 does not divide num_heads = 4"):
+        check_world_size(config, 3)
+
+
+def test_a_linear_attention_layer_is_refused_by_name():
+    from mha_lib.linear_attention import HybridConfig
+
+    layers = ("linear_attention", "full_attention")
+    hybrid = HybridConfig(**{**asdict(TINY), "layer_types": layers})
+    with pytest.raises(ValueError, match=r"layer_types\[0\] = 'linear_attention': tensor para"):
+        check_world_size(hybrid, 1)
 
 
 @pytest.mark.parametrize("P", WORLD_SIZES)
@@ -237,16 +288,17 @@ def test_world_sizes_that_do_not_divide_are_named():
             "num_kv_heads / world_size whole key/value heads",
         ):
             tensor_parallel_logits(ids, P)
-    with pytest.raises(ValueError, match="world_size = 6 does not divide num_kv_heads = 3"):
-        check_world_size(TINY, 6)  # more ranks than key/value heads
+    with pytest.raises(ValueError, match="world_size = 4 does not divide num_kv_heads = 3"):
+        check_world_size(TINY, 4)  # more ranks than key/value heads, not a multiple
+    check_world_size(TINY, 6)  # a multiple: each key/value head copied to 2 ranks
+    with pytest.raises(ValueError, match="world_size = 12 does not divide num_heads = 6"):
+        check_world_size(replace(TINY, vocab_size=12 * 8, intermediate_size=12 * 8), 12)
     with pytest.raises(ValueError, match="world_size must be at least 1"):
         tensor_parallel_logits(ids, 0, RandomWeights(TINY))
     with pytest.raises(ValueError, match=r"expected 0 \.\. 95"):
         tensor_parallel_logits(torch.tensor([[200]]), 3, RandomWeights(TINY))
     with pytest.raises(TypeError, match="input_ids must be an integer tensor"):
         tensor_parallel_logits(torch.zeros(1, 3), 3, RandomWeights(TINY))
-    from dataclasses import replace
-
     with pytest.raises(ValueError, match="does not divide intermediate_size = 100"):
         check_world_size(replace(TINY, intermediate_size=100), 3)
     with pytest.raises(ValueError, match="tie_embeddings = False"):

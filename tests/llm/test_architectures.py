@@ -60,3 +60,38 @@ def test_a_llama_has_no_differences_and_others_are_named(tmp_path, make_tiny_ggu
         ),
     ):
         config_from_gguf(f)
+
+
+def test_qwen3_5s_options_and_every_other_are_named():
+    """Qwen3.5-27B's hybrid stack: its 48 linear layers, partial RoPE and output gate each get a
+    line; so do sink logits, and every option of the config set alone on a Llama gets one."""
+    from mha_lib.linear_attention import QWEN3_5_27B
+    from mha_lib.nn.decoder import DecoderConfig
+
+    lines = differences(QWEN3_5_27B)
+    assert lines[0] == (
+        "48 of 64 layers mix tokens through a gated-DeltaNet state (linear attention), the "
+        "others through softmax attention"
+    )
+    assert "partial RoPE: only the first 64 of each head's 256 numbers turn" in lines
+    assert "each head's output gated by sigmoid(x W_G) before W_O" in lines
+    assert "QK-norm: an RMSNorm over each head's queries and keys before RoPE" in lines
+    assert len(lines) == 6  # and d = 256 not C/h, and an output matrix of its own
+    llama = DecoderConfig.of_layer(hidden_size=64, num_heads=4, num_kv_heads=2)
+    assert differences(llama) == []
+    options = {  # field: a value that is not Llama's
+        "qk_norm": True, "rope_dim": 8, "attention_bias": True, "query_scale": 0.1,
+        "sandwich_norms": True, "embedding_scale": 8.0, "mlp_activation": "gelu_tanh",
+        "attn_logit_softcap": 30.0, "final_logit_softcap": 20.0, "attention_sinks": True,
+        "attn_output_gate": True, "tie_embeddings": False, "rope_freq_factors": (2.0,) * 8,
+        "num_kv_heads": 1, "head_dim": 8,
+        "layer_types": ("sliding_attention",), "rope_local_base": 100.0,
+    }  # fmt: skip
+    for name, value in options.items():
+        extra = {"sliding_window": 4} if name in ("layer_types", "rope_local_base") else {}
+        if name == "rope_local_base":
+            extra["layer_types"] = ("sliding_attention",)
+        lines = differences(replace(llama, **{name: value}, **extra))
+        assert len(lines) == 1 + (name == "rope_local_base"), (name, lines)
+    sinks = differences(replace(llama, attention_sinks=True))
+    assert sinks == ["a learned sink logit per head in every softmax (attention may go nowhere)"]

@@ -237,3 +237,37 @@ def test_the_cached_periods_regenerate(smollm2):
         assert_close(torch.tensor(values), expected, rtol=0, atol=2e-3)
     assert all(len(v) == cached["batch"] for per in cached["statistics"].values()
                for v in per.values())  # fmt: skip
+
+
+def test_the_circuits_fold_the_query_scale_and_refuse_what_is_not_linear_by_name():
+    """On random small models (tests/hf_models.small_configs): Gemma 2's query scale
+    (query_pre_attn_scalar 20, not d = 16) is folded into W_QK, which gives the layer's score;
+    QK-norm (Qwen3), biases (Qwen2), the output gate, the four norms of a Gemma block and a
+    distance beyond a sliding layer's window are refused naming their option. (tests/
+    test_consumers.py runs every layer of every model.)"""
+    from mha_lib.distributed.weights import RandomWeights
+    from tests.hf_models import small_configs
+
+    cfgs = small_configs()
+    gemma2 = RandomWeights(cfgs["gemma2"], seed=1, dtype=torch.float64).model()
+    d = 16
+    x = 3 * torch.randn(1, 6, 48, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    u = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    block = gemma2.layers[1]
+    with torch.no_grad():
+        q, k, _ = block.self_attn.qkv(block.norm1(x), torch.arange(6))
+        score = q[0, 3, 5] @ k[0, 1, 2] / math.sqrt(d)
+        W_QK = qk_circuit(gemma2, 1, 3, 3)
+    assert abs(float(u[0, 5] @ W_QK @ u[0, 2]) / math.sqrt(d) - float(score)) < 1e-9
+    assert gemma2.config.query_scale == 20**-0.5  # folded: 1/√d would be off by √(20/16)
+    with pytest.raises(ValueError, match=r"^sandwich_norms: "):
+        ov_circuit(gemma2, 1, 3)
+    with pytest.raises(ValueError, match=r"distance = 5: layer 0 .* \(sliding_window\)"):
+        qk_circuit(gemma2, 0, 0, 5)  # Gemma 2's even layers slide over 5 keys
+    refusals = (("qwen3", "qk_norm", qk_circuit), ("qwen2", "attention_bias", qk_circuit),
+                ("qwen2", "attention_bias", ov_circuit),
+                ("attn_output_gate", "attn_output_gate", ov_circuit))  # fmt: skip
+    for name, option, circuit in refusals:
+        model = RandomWeights(cfgs[name]).model()
+        with pytest.raises(ValueError, match=f"^{option}: "):
+            circuit(model, 0, 0)

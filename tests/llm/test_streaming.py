@@ -318,3 +318,38 @@ def test_layers_that_turn_rope_differently_are_honoured_or_refused_by_name(small
         masked_losses(two_bases, ids, 4, 2, "cache")
     with pytest.raises(ValueError, match=r"asks for \['window'\] too"):
         masked_losses(two_bases, ids, 4, 2, "original")  # 12 keys, a window of 6
+
+
+def test_partial_rope_is_honoured_and_a_linear_layer_refused_by_name(small):
+    """With partial RoPE (only the first rope_dim numbers of each head turn) the sinks' keys are
+    turned on the same numbers: the one-pass losses equal the rolling cache's at cache
+    positions; a model with gated-DeltaNet layers is refused naming them, by both."""
+    from dataclasses import replace
+
+    from mha_lib.linear_attention import HybridConfig, HybridLM
+
+    partial = DecoderLM(replace(small.config, rope_dim=4)).double().eval().requires_grad_(False)
+    partial.load_state_dict(small.state_dict())
+    ids = ids_of((1, 12), 53, seed=3)
+    with torch.no_grad():
+        expected = rolling_losses(partial, ids, 4, 2, "cache")
+        assert_close(masked_losses(partial, ids, 4, 2, "cache"), expected, rtol=0, atol=1e-10)
+        assert not torch.equal(expected, rolling_losses(small, ids, 4, 2, "cache"))
+    hybrid = HybridConfig(**{**small.config.__dict__, "layer_types": (
+        "linear_attention", "linear_attention", "full_attention")}, linear_num_key_heads=2,
+        linear_num_value_heads=2, linear_key_head_dim=4, linear_value_head_dim=4)  # fmt: skip
+    model = HybridLM(hybrid).double().eval()
+    for run in (masked_losses, rolling_losses):
+        with pytest.raises(ValueError, match=r"layer_types\[0\] = 'linear_attention'"):
+            run(model, ids, 4, 2, "original")
+    with pytest.raises(ValueError, match=r"\['sink_logits'\] too \(the model's attention_sinks\)"):
+        masked_losses(like(small, attention_sinks=True), ids, 4, 2, "original")
+
+
+def like(small, **options):
+    """The small model with options set and its weights where they fit (the others random)."""
+    from dataclasses import replace
+
+    model = DecoderLM(replace(small.config, **options)).double().eval().requires_grad_(False)
+    model.load_state_dict(small.state_dict(), strict=False)
+    return model

@@ -62,3 +62,33 @@ def test_a_multi_head_attentions_heads_are_its_packed_blocks():
         head_weights(mha, 2)
     with pytest.raises(TypeError, match="MultiHeadAttention with a packed in_proj_weight"):
         head_weights(MultiHeadAttention(8, 2, kdim=4), 0)
+
+
+def test_a_decoder_layers_query_scale_is_folded_and_what_is_not_linear_is_refused():
+    """qk_circuit folds the layer's query scale (Gemma 2's): x_i W_QK x_jᵀ / √d is the layer's
+    score of two rows at the same position; biases, QK-norm and the output gate are refused
+    naming their option, each on the side it changes."""
+    from mha_lib.nn.decoder import DecoderAttention
+
+    torch.manual_seed(0)
+    attn = DecoderAttention(hidden_size=12, num_heads=4, num_kv_heads=2, head_dim=6,
+                            query_scale=0.1).double()  # fmt: skip
+    x = torch.randn(1, 2, 12, dtype=torch.float64)
+    with torch.no_grad():
+        q, k, _ = attn.qkv(x, torch.zeros(2, dtype=torch.long))  # both at position 0
+        for head in range(4):
+            score = q[0, head, 0] @ k[0, head // 2, 1] / 6**0.5
+            circuit = x[0, 0] @ qk_circuit(attn, head) @ x[0, 1] / 6**0.5
+            assert_close(circuit, score, rtol=0, atol=1e-12)
+    sizes = dict(hidden_size=12, num_heads=4, num_kv_heads=2)
+    for option, side in (("attention_bias", "both"), ("qk_norm", "qk"),
+                         ("attn_output_gate", "ov")):  # fmt: skip
+        layer = DecoderAttention(**sizes, **{option: True})
+        for kind, circuit in (("qk", qk_circuit), ("ov", ov_circuit)):
+            if side in (kind, "both"):
+                with pytest.raises(ValueError, match=f"^{option}: "):
+                    circuit(layer, 0)
+            else:
+                circuit(layer, 0)
+    with pytest.raises(ValueError, match=r"^attention_bias: "):  # a packed bias too
+        qk_circuit(MultiHeadAttention(8, 2, bias=True, batch_first=True), 0)
