@@ -51,8 +51,9 @@ def run_your_own_file_cell(path: Path) -> str:
 
     import torch
 
-    from mha_lib.llm import generate, load_gguf
+    from mha_lib.llm import load_gguf
     from mha_lib.llm.architectures import differences
+    from mha_lib.nn import generate
 
     notebook = ROOT / "notebooks" / "15_the_attention_of_the_models_you_run.ipynb"
     (source,) = [s for _, s in code_cells(notebook) if "MY_GGUF = None" in s]

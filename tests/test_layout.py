@@ -262,3 +262,16 @@ def test_the_package_overview_names_every_module_and_benchmark():
     benchmarks = {key.value for key in table.keys}
     listed = re.search(r"python -m mha_lib\.bench\s+([a-z|]+)", doc)
     assert listed and set(listed.group(1).split("|")) == benchmarks, listed
+
+
+def test_the_building_blocks_have_one_door():
+    """A name of `mha_lib.nn` is imported from `mha_lib.nn` only: no part's package re-exports
+    one (a second import path lets notebooks drift between two doors to the same object)."""
+    for part in PARTS:
+        tree = ast.parse((LIB / part / "__init__.py").read_text())
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.level and (node.module or ""):
+                assert not node.module.startswith("nn"), (
+                    f"mha_lib/{part}/__init__.py imports {[a.name for a in node.names]} from "
+                    f"..{node.module}: import them from mha_lib.nn"
+                )

@@ -2,7 +2,7 @@
 
 Three measurements, float32, on the device `pick_device()` finds (or --device):
 
-1. KV-cache decoding against recomputing (`mha_lib.efficient.GroupedQueryAttention`,
+1. KV-cache decoding against recomputing (`mha_lib.nn.GroupedQueryAttention`,
    C = 256, h = h_kv = 8, one sequence): the time to produce the output of token
    N given the N - 1 before it, with the cache (project one token, append, attend
    to N keys) and without (project and attend all N tokens causally, keep the last

@@ -66,7 +66,8 @@ def _load_ours(name: str, path):
 
 def run(prompt_len: int, new_tokens: int, repeats: int, reference: bool, path=None,
         model_name: str = "smollm2") -> dict:  # fmt: skip
-    from ..llm import find_model_file, generate
+    from ..llm import find_model_file
+    from ..nn import generate
 
     path = find_model_file(model_name) if path is None else path  # assembly: not timed
     t0 = time.perf_counter()

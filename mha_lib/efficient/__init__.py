@@ -3,12 +3,12 @@ the cache bill, the equal-budget recall sweep): the part of the library behind n
 and the names notebook 08 derives.
 
 Notebook 08's building blocks (the KV cache, grouped-query attention, the mask zoo,
-FlashAttention in plain torch) are what later parts build on, so they live in `mha_lib.nn`;
-they are re-exported here under the names notebooks 08 to 11 use
-(`from mha_lib.efficient import flash_attention`). Read first: `mha_lib.nn.kv_cache`, then
-`mha_lib.nn.flash`, the tiled algorithm that `triton_flash` turns into GPU kernels. This package
-imports torch, so it is imported explicitly; `import mha_lib` stays numpy-only. `triton_flash`
-imports triton and is never imported here (`import mha_lib.efficient.triton_flash as ta`).
+FlashAttention in plain torch) are what later parts build on, so they live in `mha_lib.nn` and
+are imported from there only (`from mha_lib.nn import flash_attention`). Read first:
+`mha_lib.nn.kv_cache`, then `mha_lib.nn.flash`, the tiled algorithm that `triton_flash` turns
+into GPU kernels. This package imports torch, so it is imported explicitly; `import mha_lib`
+stays numpy-only. `triton_flash` imports triton and is never imported here
+(`import mha_lib.efficient.triton_flash as ta`).
 
 A module per idea:
 - `triton_flash` (notebook 09): the forward and backward of `mha_lib.nn.flash` as Triton
@@ -25,60 +25,3 @@ Notebook 11's modules are imported explicitly
 Notation: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v);
 h query heads, h_kv key/value heads, g = h / h_kv query heads per group.
 """
-
-from ..nn.flash import (
-    TileStats,
-    causal_key_end,
-    flash_attention,
-    flash_attention_backward,
-    flash_attention_forward,
-    hbm_bytes,
-    saved_for_backward_bytes,
-)
-from ..nn.gqa import GroupedQueryAttention, grouped_query_attention, repeat_kv
-from ..nn.kv_cache import KVCache, cached_attention
-from ..nn.masks import (
-    alibi_bias,
-    alibi_score_mod,
-    alibi_slopes,
-    bottom_right_causal_mask,
-    bottom_right_causal_mask_mod,
-    causal_mask_mod,
-    document_mask,
-    document_mask_mod,
-    leaks_future,
-    mask_from_mask_mod,
-    prefix_lm_mask,
-    prefix_lm_mask_mod,
-    sliding_window_mask,
-    sliding_window_mask_mod,
-)
-
-__all__ = [
-    "GroupedQueryAttention",
-    "KVCache",
-    "TileStats",
-    "alibi_bias",
-    "alibi_score_mod",
-    "alibi_slopes",
-    "bottom_right_causal_mask",
-    "bottom_right_causal_mask_mod",
-    "cached_attention",
-    "causal_key_end",
-    "causal_mask_mod",
-    "document_mask",
-    "document_mask_mod",
-    "flash_attention",
-    "flash_attention_backward",
-    "flash_attention_forward",
-    "grouped_query_attention",
-    "hbm_bytes",
-    "leaks_future",
-    "mask_from_mask_mod",
-    "prefix_lm_mask",
-    "prefix_lm_mask_mod",
-    "repeat_kv",
-    "saved_for_backward_bytes",
-    "sliding_window_mask",
-    "sliding_window_mask_mod",
-]

@@ -8,7 +8,7 @@ stack changes, so `HybridLM` is a `DecoderLM` that builds its "linear_attention"
 `GatedDeltaNet` as their token mixer (`new_layer`) and runs `DecoderLM.hidden_states`, the
 series' one loop over the layers. Its cache (`new_cache`) is a `DecoderCache` whose entries each
 layer makes: a `GatedDeltaNetCache` (the convolution's last inputs and the state, of a fixed
-size) per linear layer, a `KVCache` per full layer; `mha_lib.llm.generate` decodes with it.
+size) per linear layer, a `KVCache` per full layer; `mha_lib.nn.generate` decodes with it.
 
 The full-attention layers are notebook 12's `DecoderAttention` with three options of the
 config: QK-norm, partial RoPE (only the first rope_dim = head_dim / 4 numbers of each head
@@ -106,7 +106,7 @@ class HybridLM(DecoderLM):
     """A decoder whose layers are softmax attention or gated DeltaNet, as layer_types says.
 
     Everything is `DecoderLM`'s (hidden_states, logits, forward, new_cache, and so
-    `mha_lib.llm.generate`); only the blocks differ. A linear layer ignores the attention
+    `mha_lib.nn.generate`); only the blocks differ. A linear layer ignores the attention
     function (it has no softmax) and takes a head_mask row of its own h_v value heads; the
     weights `need_weights` returns are the full layers' only. A sink cache is refused: it
     drops tokens that a state has already summed in.

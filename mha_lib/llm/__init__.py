@@ -8,8 +8,8 @@ weights, vocabulary, merges and chat template are all read from that file. The m
 the building blocks' decoder (`mha_lib.nn.decoder`: grouped-query attention and the KV cache of
 notebook 08, RoPE of notebook 10, RMSNorm and SwiGLU, pluggable attention functions; greedy and
 sampled generation in `mha_lib.nn.generation`); this package reads the file into it, and
-measures it. The decoder's names are re-exported here, as notebook 12 imports them
-(`from mha_lib.llm import DecoderLM, generate`).
+measures it. The decoder's names are imported from `mha_lib.nn`, their one door
+(`from mha_lib.nn import DecoderLM, generate`).
 
 Read first: `gguf_file` (what the file holds and how a 4-bit block is dequantized), then
 `loader` (the file's tensors into the decoder), `tokenizer` (byte-level BPE and the chat
@@ -58,17 +58,14 @@ Edges: `efficient` notebook 12 runs notebook 09's Triton kernel (`efficient.trit
 inside the model, as its attention.
 
 Usage:
-    from mha_lib.llm import generate, load_smollm2
+    from mha_lib.llm import load_smollm2
+    from mha_lib.nn import generate
     model, tok = load_smollm2()
     ids = torch.tensor([tok.encode_chat([{"role": "user", "content": "Hi!"}])])
     out = generate(model, ids, 40)  # greedy, KV cache, stops at <|im_end|>
     print(tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
 """
 
-from ..nn.backends import ATTENTIONS, attention_weights
-from ..nn.decoder import DecoderConfig, DecoderLM, RMSNorm, SwiGLU
-from ..nn.generation import Trace, generate, pick_next, top_k_filter, top_p_filter
-from ..nn.kv_cache import DecoderCache
 from .gguf_file import GGUFFile, bits_per_weight, stored_bytes
 from .induction import induction_scores
 from .loader import load_decoder, load_gemma3, load_gguf, load_smollm2
@@ -78,28 +75,16 @@ from .streaming import streaming_perplexity
 from .tokenizer import GGUFTokenizer
 
 __all__ = [
-    "ATTENTIONS",
-    "DecoderCache",
-    "DecoderConfig",
-    "DecoderLM",
     "GGUFFile",
     "GGUFTokenizer",
-    "RMSNorm",
-    "SwiGLU",
-    "Trace",
-    "attention_weights",
     "bits_per_weight",
     "find_model_file",
     "first_token_attention",
-    "generate",
     "induction_scores",
     "load_decoder",
     "load_gemma3",
     "load_gguf",
     "load_smollm2",
-    "pick_next",
     "stored_bytes",
     "streaming_perplexity",
-    "top_k_filter",
-    "top_p_filter",
 ]

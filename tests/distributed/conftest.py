@@ -28,7 +28,8 @@ def smollm2_reference() -> dict:
     (float32), its greedy tokens and their margins, and "logits64", the same model in float64
     (the float32 weights, every sum in float64: the exact logits, to float32's eye); its
     parameters' names and count, and a few whole weights."""
-    from mha_lib.llm import generate, load_decoder
+    from mha_lib.llm import load_decoder
+    from mha_lib.nn import generate
     from mha_lib.nn.generation import Trace
 
     model = load_decoder()

@@ -26,7 +26,7 @@ from mha_lib.distributed.tensor_parallel import (
     tensor_parallel_logits,
 )
 from mha_lib.distributed.weights import TINY, GGUFWeights, RandomWeights, parameter_shapes
-from mha_lib.llm import generate
+from mha_lib.nn import generate
 from mha_lib.testing import assert_close
 from tests.distributed.distributed_inputs import (
     ARCH_WORLD_SIZES,

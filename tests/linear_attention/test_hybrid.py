@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mha_lib.linear_attention import GatedDeltaNet, GatedDeltaNetCache, HybridConfig, HybridLM
-from mha_lib.llm import generate
+from mha_lib.nn import generate
 from mha_lib.nn.decoder import DecoderAttention, DecoderConfig, DecoderLM
 from mha_lib.nn.kv_cache import KVCache
 from tests.linear_attention.linear_inputs import assert_near

@@ -12,7 +12,7 @@ from collections import Counter
 
 import torch
 
-from mha_lib.llm import generate
+from mha_lib.nn import generate
 from mha_lib.runtime import release_freed_memory
 from mha_lib.stats import wilson_interval
 from tests.notebook_source import ROOT, code_cells
