@@ -136,7 +136,7 @@ def write_gguf(path, hf, *, qtype="Q8_0", embed_qtype="Q8_0", arch=None, vocab=T
     from gguf import GGMLQuantizationType as Q
     from gguf.quants import quantize
 
-    from mha_lib.llm.loader import gguf_names, hf_names
+    from mha_lib.models import gguf_names, hf_names
     from mha_lib.positions import rope_permutation
     from tests.hf_models import config_from_hf
 

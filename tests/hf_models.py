@@ -6,7 +6,7 @@ mha_lib.nn.decoder and mha_lib.llm.loader (imported by them, not a test).
   1:1 sliding windows) or "gemma3" (5 sliding layers to 1 global, one key/value head, two RoPE
   bases, QK-norm), with eager attention and weights large enough that soft caps and windows
   change the logits;
-- `config_from_hf(config)`: our `DecoderConfig` of its configuration;
+- `config_from_hf(config)`: our `DecoderConfig` of its configuration (`mha_lib.models`'s reader);
 - `decoder_from_hf(hf)`: our `DecoderLM` with a copy of its weights, Gemma's norms, which
   transformers applies as (1 + w), stored as the weight 1 + w (as a GGUF file stores them);
 - `hf_model_from_gguf(path)`, `hf_tokenizer_from_gguf(path)`: transformers' model (float32) and
@@ -20,7 +20,7 @@ import warnings
 
 import torch
 
-from mha_lib.llm.loader import hf_names
+from mha_lib import models
 from mha_lib.nn.decoder import DecoderConfig, DecoderLM
 
 KINDS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
@@ -118,29 +118,9 @@ def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: i
 
 
 def config_from_hf(c) -> DecoderConfig:
-    """Our DecoderConfig of a transformers Llama, Qwen2, Qwen3, Gemma 2 or Gemma 3 config."""
-    gemma = c.model_type.startswith("gemma")
-    rope = c.rope_parameters
-    per_type = "full_attention" in rope  # Gemma 3: a base per kind of layer
-    return DecoderConfig(
-        vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_layers=c.num_hidden_layers,
-        num_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
-        head_dim=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
-        intermediate_size=c.intermediate_size,
-        rope_base=float((rope["full_attention"] if per_type else rope)["rope_theta"]),
-        rms_norm_eps=c.rms_norm_eps, context_length=c.max_position_embeddings,
-        qk_norm=c.model_type in ("qwen3", "gemma3_text"),
-        layer_types=tuple(c.layer_types) if gemma else None,
-        sliding_window=c.sliding_window if gemma else None,
-        rope_local_base=float(rope["sliding_attention"]["rope_theta"]) if per_type else None,
-        attention_bias=c.model_type == "qwen2",
-        query_scale=c.query_pre_attn_scalar**-0.5 if gemma else None,
-        sandwich_norms=gemma, embedding_scale=c.hidden_size**0.5 if gemma else None,
-        mlp_activation="gelu_tanh" if gemma else "silu",
-        attn_logit_softcap=getattr(c, "attn_logit_softcapping", None),
-        final_logit_softcap=getattr(c, "final_logit_softcapping", None),
-        rope_freq_factors=rope_freq_factors_from_hf(c),
-    )  # fmt: skip
+    """Our DecoderConfig of a transformers Llama, Qwen2, Qwen3, Gemma 2 or Gemma 3 config: the
+    library's reader (`mha_lib.models.config_from_hf`), named here for the tests."""
+    return models.config_from_hf(c)
 
 
 def rope_freq_factors_from_hf(c) -> tuple[float, ...] | None:
@@ -161,13 +141,17 @@ def rope_freq_factors_from_hf(c) -> tuple[float, ...] | None:
 
 def decoder_from_hf(hf, dtype=torch.float64) -> DecoderLM:
     """Our DecoderLM with a copy of hf's weights (see the module docstring)."""
-    cfg = config_from_hf(hf.config)
+    arch, fields = models.config_fields_from_hf(hf.config)
+    cfg = DecoderConfig(**fields)
     ours = DecoderLM(cfg).to(dtype).eval()
     sd = hf.state_dict()
-    gemma = cfg.sandwich_norms
-    ours.load_state_dict({
-        k: sd[v] + 1 if gemma and "norm" in k else sd[v] for k, v in hf_names(cfg).items()
-    })  # fmt: skip
+    plus_one = arch.hf_norms_zero_centred  # transformers' w, applied as 1 + w: ours is 1 + w
+    ours.load_state_dict(
+        {
+            k: sd[v] + 1 if plus_one and "norm" in k else sd[v]
+            for k, v in models.hf_names(cfg).items()
+        }
+    )
     return ours
 
 

@@ -8,8 +8,8 @@ Derived in notebook 12. The architecture (Llama's, which SmolLM2 uses), for toke
         x = x + SwiGLU(RMSNorm(x))
     logits = RMSNorm(x) @ embedᵀ                          (B, N, V), the embedding tied
 
-- `DecoderConfig`: the architecture's numbers (`DecoderConfig.from_gguf` reads them from a GGUF
-  file's metadata, as `mha_lib.llm.GGUFFile` opens it);
+- `DecoderConfig`: the architecture's numbers (`mha_lib.models.config_from_gguf` reads them
+  from a GGUF file's metadata, as `mha_lib.llm.GGUFFile` opens it);
 - `RMSNorm`: x / sqrt(mean(x²) + eps) · weight, no mean subtracted, no bias (new here);
 - `SwiGLU`: down(silu(gate(x)) ∘ up(x)), C -> F -> C (new here);
 - `DecoderAttention`: notebook 08's `GroupedQueryAttention` (h query heads, h_kv key/value
@@ -210,49 +210,6 @@ class DecoderConfig:
             context_length=0,
         )
         return cls(**{**sizes, **fields})
-
-    @classmethod
-    def from_gguf(cls, f) -> DecoderConfig:
-        """Read every number from the file's metadata (`{arch}.block_count`, ...)."""
-        arch = f.value("general.architecture")
-        if arch != "llama":
-            raise ValueError(
-                f"{f.path.name} holds a {arch!r} model; expected 'llama' (Llama, SmolLM2)"
-            )
-        C = int(f.value("llama.embedding_length"))
-        h = int(f.value("llama.attention.head_count"))
-        d = C // h
-        rope_dim = int(f.value("llama.rope.dimension_count"))
-        if rope_dim != d:
-            raise ValueError(
-                f"llama.rope.dimension_count = {rope_dim}; expected the head dimension {d} "
-                "(partial rotary embeddings are not supported here)"
-            )
-        keys = f.keys()
-        vocab = (
-            int(f.value("llama.vocab_size"))
-            if "llama.vocab_size" in keys
-            else len(f.value("tokenizer.ggml.tokens"))
-        )
-        return cls(
-            vocab_size=vocab,
-            hidden_size=C,
-            num_layers=int(f.value("llama.block_count")),
-            num_heads=h,
-            num_kv_heads=int(f.value("llama.attention.head_count_kv")),
-            head_dim=d,
-            intermediate_size=int(f.value("llama.feed_forward_length")),
-            rope_base=float(f.value("llama.rope.freq_base")),
-            rms_norm_eps=float(f.value("llama.attention.layer_norm_rms_epsilon")),
-            context_length=int(f.value("llama.context_length")),
-            tie_embeddings="output.weight" not in f.tensors,
-            bos_token_id=_optional_int(f, "tokenizer.ggml.bos_token_id", keys),
-            eos_token_id=_optional_int(f, "tokenizer.ggml.eos_token_id", keys),
-        )
-
-
-def _optional_int(f, key: str, keys: list[str]) -> int | None:
-    return int(f.value(key)) if key in keys else None
 
 
 # ---------------------------------------------------------------------------- the parts

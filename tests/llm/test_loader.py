@@ -13,7 +13,8 @@ import torch
 
 from mha_lib.efficient.cache_cost import cache_bytes, cache_config, cache_numbers_per_token
 from mha_lib.llm.gguf_file import GGUFFile, find_model_file
-from mha_lib.llm.loader import gguf_names, hf_names, load_decoder, read_weight
+from mha_lib.llm.loader import load_decoder, read_weight
+from mha_lib.models import gguf_names, hf_names
 from mha_lib.nn.generation import Trace, generate
 from mha_lib.testing import assert_close
 
