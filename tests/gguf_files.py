@@ -167,6 +167,10 @@ def write_gguf(path, hf, *, qtype="Q8_0", embed_qtype="Q8_0", arch=None, vocab=T
     if scaling.get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(scaling["factor"])
+    elif scaling.get("rope_type") == "yarn":  # as llama.cpp's converter writes Qwen's
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(scaling["factor"])
+        w.add_rope_scaling_orig_ctx_len(scaling["original_max_position_embeddings"])
     elif scaling.get("rope_type") == "llama3":
         factors = llama3_rope_factors(scaling, ours.head_dim)
         extra = {"rope_freqs.weight": (np.array(factors, np.float32), "F32"), **(extra or {})}

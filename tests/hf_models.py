@@ -65,8 +65,8 @@ def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: i
     query_pre_attn_scalar = d, as every Gemma 3 but the 27B), tied embedding, context 64; norm
     weights drawn around their neutral value, biases in [-0.5, 0.5], other weights
     N(0, weight_std²). rope_parameters: transformers' RoPE configuration instead of the kind's
-    (a scaling: Llama 3's, a linear one). num_layers, query_pre_attn_scalar: Gemma 3's, instead
-    of 7 and d."""
+    (a scaling: Llama 3's, a linear one, YaRN). num_layers, query_pre_attn_scalar: Gemma 3's,
+    instead of 7 and d."""
     import transformers as tf
 
     if kind not in KINDS:
@@ -82,11 +82,12 @@ def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: i
         cfg = tf.LlamaConfig(**common, num_hidden_layers=2, num_key_value_heads=2,
                              head_dim=16, **rope)  # fmt: skip
     elif kind == "qwen2":
-        cfg = tf.Qwen2Config(**common, num_hidden_layers=2, num_key_value_heads=2,
-                             rope_theta=3000.0)  # fmt: skip
+        rope = rope or {"rope_theta": 3000.0}
+        cfg = tf.Qwen2Config(**common, num_hidden_layers=2, num_key_value_heads=2, **rope)
     elif kind == "qwen3":
+        rope = rope or {"rope_theta": 5000.0}
         cfg = tf.Qwen3Config(**common, num_hidden_layers=2, num_key_value_heads=2,
-                             head_dim=qwen3_head_dim, rope_theta=5000.0)  # fmt: skip
+                             head_dim=qwen3_head_dim, **rope)  # fmt: skip
     elif kind == "gemma2":
         cfg = tf.Gemma2Config(**common, num_hidden_layers=4, num_key_value_heads=2, head_dim=16,
                               sliding_window=5, query_pre_attn_scalar=20,

@@ -13,7 +13,8 @@ Derived in notebook 12 (and 15, for other architectures). The model is the build
 - `load_gguf(path)` -> (model, tokenizer): a file of any architecture `mha_lib.models` reads
   from a file (llama, qwen2, qwen3, gemma3), any other refused by name before a weight is
   read; its tokenizer byte-level BPE (`GGUFTokenizer`) or SentencePiece
-  (`SentencePieceTokenizer`), as the file says; a tied embedding stored in Q8_0 kept so (`QuantizedEmbedding`);
+  (`SentencePieceTokenizer`), as the file says; a tied embedding stored in Q8_0 kept so
+  (`QuantizedEmbedding`);
   `load_gemma3()`: Gemma 3 270M, from its packages. Every check (the architecture, the
   tensors' names, shapes and formats, the tokenizer) runs before the first weight is read: a
   bad file raises, naming what is wrong, and no model is half loaded.

@@ -401,21 +401,53 @@ def test_bad_files_are_refused_before_a_weight_is_read(tmp_path, monkeypatch):
 
 
 ROPE_SCALINGS = {  # name: (kind, transformers' rope_parameters)
-    "llama3": ("llama", {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0,
-                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 32}),
-    "gemma3-linear": ("gemma3", {
-        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
-}  # fmt: skip
+    "llama3": (
+        "llama",
+        {
+            "rope_type": "llama3",
+            "rope_theta": 500.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    ),
+    "gemma3-linear": (
+        "gemma3",
+        {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+    ),
+    "qwen2-yarn": (
+        "qwen2",
+        {
+            "rope_type": "yarn",
+            "rope_theta": 3000.0,
+            "factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    ),
+    "qwen3-yarn": (
+        "qwen3",
+        {
+            "rope_type": "yarn",
+            "rope_theta": 5000.0,
+            "factor": 8.0,
+            "original_max_position_embeddings": 12,
+        },
+    ),
+}  # fmt: skip (a table: one scaling per entry)
 
 
 @pytest.mark.parametrize("name", list(ROPE_SCALINGS))
 def test_a_file_with_a_rope_scaling_loads_equal_to_transformers(name, tmp_path):
-    """Llama 3.1's and 3.2's scaling (llama.cpp writes it as rope_freqs.weight) and Gemma 3 4B
-    to 27B's linear one on the global layers: the loaded model equals transformers built with
-    the same configuration (logits, 12 greedy tokens), its factors equal transformers' own
-    frequencies' ratio, and without them the logits are far off (the factors matter here)."""
+    """Llama 3.1's and 3.2's scaling (llama.cpp writes it as rope_freqs.weight), Gemma 3 4B to
+    27B's linear one on the global layers, and YaRN as Qwen2.5's and Qwen3's files may hold it
+    (rope.scaling.type "yarn", its factor and original context): the loaded model equals
+    transformers built with the same configuration (logits, 12 greedy tokens), its factors equal
+    transformers' own frequencies' ratio, and without them the logits are far off (the factors
+    matter here)."""
     from dataclasses import replace
 
     from mha_lib.llm.loader import load_gguf
@@ -432,9 +464,10 @@ def test_a_file_with_a_rope_scaling_loads_equal_to_transformers(name, tmp_path):
     factors = torch.tensor(ours.config.rope_freq_factors)
     expected = torch.tensor(config_from_hf(hf.config).rope_freq_factors)
     assert_close(factors, expected, rtol=1e-6, atol=0)
-    assert len(set(factors.tolist())) == (4 if kind == "llama" else 1)  # 1, two blended, 8
+    distinct = len(set(factors.tolist()))  # llama3: 1, two blended, 8; linear: 8; yarn: a ramp
+    assert distinct == 4 if kind == "llama" else distinct == 1 if kind == "gemma3" else distinct > 2
     ids = ids_of((2, 21), ours.config.vocab_size, seed=32)
-    plain = DecoderLM(replace(ours.config, rope_freq_factors=None)).eval()
+    plain = DecoderLM(replace(ours.config, rope_freq_factors=None, query_scale=None)).eval()
     plain.load_state_dict(ours.state_dict())
     with torch.no_grad():
         assert_close(ours(ids), hf(ids).logits, rtol=0, atol=1e-4, msg=name)
@@ -467,8 +500,9 @@ def test_gemma3_27b_scales_its_scores_as_llama_cpp_does(tmp_path):
 
 
 def test_a_rope_scaling_not_read_here_is_refused_by_name(tmp_path, monkeypatch):
-    """A YaRN-stretched Qwen2.5 or Qwen3 file (rope.scaling.type "yarn") is refused naming the
-    key, before a weight is read; so are Llama 3 factors of the wrong length."""
+    """A file stretched another way (rope.scaling.type "longrope"), or a YaRN that llama.cpp
+    adjusts beyond transformers' (yarn_ext_factor), is refused naming the key, before a weight
+    is read; so are Llama 3 factors of the wrong length."""
     import gguf
     import numpy as np
 
@@ -479,16 +513,30 @@ def test_a_rope_scaling_not_read_here_is_refused_by_name(tmp_path, monkeypatch):
     monkeypatch.setattr(loader, "read_weight", lambda *a, **k: reads.append(a[1]))
     add_base = gguf.GGUFWriter.add_rope_freq_base
 
-    def with_yarn(self, value):  # the converter writes these beside the base
-        add_base(self, value)
-        self.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-        self.add_rope_scaling_factor(4.0)
+    def stretched(kind, **keys):
+        def add(self, value):  # the converter writes these beside the base
+            add_base(self, value)
+            self.add_rope_scaling_type(kind)
+            self.add_rope_scaling_factor(4.0)
+            self.add_rope_scaling_orig_ctx_len(16)
+            for key, v in keys.items():
+                getattr(self, f"add_rope_scaling_{key}")(v)
 
-    monkeypatch.setattr(gguf.GGUFWriter, "add_rope_freq_base", with_yarn)
-    path = tmp_path / "qwen2-yarn.gguf"
-    write_gguf(path, hf_of("qwen2"), qtype="Q8_0")
-    with pytest.raises(ValueError, match=r"qwen2.rope.scaling.type = 'yarn'"):
-        loader.load_gguf(path)
+        return add
+
+    for kind, keys, message in (
+        (gguf.RopeScalingType.LONGROPE, {}, r"qwen2.rope.scaling.type = 'longrope'"),
+        (
+            gguf.RopeScalingType.YARN,
+            {"yarn_ext_factor": 0.5},
+            r"qwen2.rope.scaling.yarn_ext_factor is set",
+        ),
+    ):  # fmt: skip (a table: one refusal per row)
+        monkeypatch.setattr(gguf.GGUFWriter, "add_rope_freq_base", stretched(kind, **keys))
+        path = tmp_path / "qwen2-stretched.gguf"
+        write_gguf(path, hf_of("qwen2"), qtype="Q8_0")
+        with pytest.raises(ValueError, match=message):
+            loader.load_gguf(path)
     monkeypatch.setattr(gguf.GGUFWriter, "add_rope_freq_base", add_base)
     path = tmp_path / "llama-bad-factors.gguf"
     write_gguf(path, hf_of("llama"), qtype="Q8_0",
