@@ -267,13 +267,15 @@ class _TorchInFloat64:
         return getattr(torch, name)
 
 
-def transformers_frequencies(rope_parameters: dict, dim: int, monkeypatch, in_float64: bool):
-    """(frequencies (dim/2,), attention factor) from transformers' ROPE_INIT_FUNCTIONS for a
-    Llama config whose heads turn all of their `dim` numbers."""
+def transformers_frequencies(
+    rope_parameters: dict, dim: int, monkeypatch, in_float64: bool, config=None
+):
+    """(frequencies (dim/2,), attention factor) from transformers' ROPE_INIT_FUNCTIONS for
+    `config` (by default a Llama config whose heads turn all of their `dim` numbers)."""
     rope_utils = pytest.importorskip("transformers.modeling_rope_utils")
     from transformers import LlamaConfig
 
-    cfg = LlamaConfig(hidden_size=2 * dim, num_attention_heads=2, head_dim=dim)
+    cfg = config or LlamaConfig(hidden_size=2 * dim, num_attention_heads=2, head_dim=dim)
     cfg.rope_parameters = rope_parameters
     with monkeypatch.context() as m:
         if in_float64:
@@ -285,7 +287,7 @@ def transformers_frequencies(rope_parameters: dict, dim: int, monkeypatch, in_fl
     return freqs.double(), attention_factor
 
 
-def assert_factors_equal_transformers(factors, rope_parameters, dim, monkeypatch):
+def assert_factors_equal_transformers(factors, rope_parameters, dim, monkeypatch, config=None):
     """RoPE's base^(-2i/dim) divided by our factors equals transformers' frequencies: to 1e-12
     relative when its code runs in float64, to 1e-5 in its own float32."""
     assert isinstance(factors, tuple) and len(factors) == dim // 2
@@ -295,7 +297,7 @@ def assert_factors_equal_transformers(factors, rope_parameters, dim, monkeypatch
     )  # (d/2,)
     for in_float64, rtol in ((True, 1e-12), (False, 1e-5)):
         theirs, attention_factor = transformers_frequencies(
-            rope_parameters, dim, monkeypatch, in_float64
+            rope_parameters, dim, monkeypatch, in_float64, config
         )
         assert_close(ours, theirs, rtol=rtol, atol=0)
     return attention_factor
@@ -399,6 +401,48 @@ def test_yarn_keeps_fast_pairs_divides_slow_ones_and_blends_between():
     # DeepSeek's mscale and mscale_all_dim, both 1: the factor on RoPE's cos and sin is 1
     assert yarn_frequency_factors(64, 1e4, 40.0, 4096, mscale=1.0, mscale_all_dim=1.0)[1] == 1.0
     assert yarn_frequency_factors(64, 1e4, 1.0, 4096)[1] == 1.0  # no stretch, no factor
+
+
+def test_qwen_configs_and_partial_rope_give_the_same_factors(monkeypatch):
+    """Through Qwen2's config (Qwen2.5: d = C/h = 128) and Qwen3's (head_dim 128), YaRN's
+    factors are the same; with partial RoPE (a quarter of a 96-number head turning, as
+    transformers' partial_rotary_factor), `dim` is the number of rotated dimensions, 24."""
+    pytest.importorskip("transformers")
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config
+
+    qwen = {
+        "rope_type": "yarn",
+        "rope_theta": 1e6,
+        "factor": 4.0,
+        "original_max_position_embeddings": 32768,
+    }
+    factors, attention_factor = yarn_frequency_factors(128, 1e6, 4.0, 32768)
+    for config in (
+        Qwen2Config(hidden_size=256, num_attention_heads=2),
+        Qwen3Config(hidden_size=64, num_attention_heads=2, head_dim=128),
+    ):
+        theirs = assert_factors_equal_transformers(factors, qwen, 128, monkeypatch, config)
+        assert theirs == pytest.approx(attention_factor, rel=1e-14)
+    partial = LlamaConfig(hidden_size=192, num_attention_heads=2, head_dim=96)
+    for params, ours in (
+        ({"rope_type": "linear", "factor": 8.0}, linear_frequency_factors(24, 8.0)),
+        (
+            {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+            llama3_frequency_factors(24, 500.0, 8.0, 1.0, 4.0, 64),
+        ),
+        (
+            {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 64},
+            yarn_frequency_factors(24, 500.0, 8.0, 64)[0],
+        ),
+    ):
+        params = {**params, "rope_theta": 500.0, "partial_rotary_factor": 0.25}
+        assert_factors_equal_transformers(ours, params, 24, monkeypatch, partial)
 
 
 def test_yarns_attention_factor_multiplies_every_score_by_its_square():
