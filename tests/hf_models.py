@@ -56,10 +56,20 @@ def hf_tokenizer_from_gguf(path):
         return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
-def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: int = 48,
-              dtype=torch.float64, weight_std: float = 0.15, qwen3_head_dim: int = 24,
-              gemma3_head_dim: int = 16, rope_parameters: dict | None = None,
-              num_layers: int | None = None, query_pre_attn_scalar: int | None = None):  # fmt: skip
+def random_hf(
+    kind: str,
+    seed: int = 0,
+    *,
+    vocab_size: int = 101,
+    hidden_size: int = 48,
+    dtype=torch.float64,
+    weight_std: float = 0.15,
+    qwen3_head_dim: int = 24,
+    gemma3_head_dim: int = 16,
+    rope_parameters: dict | None = None,
+    num_layers: int | None = None,
+    query_pre_attn_scalar: int | None = None,
+):
     """A random transformers causal LM of `kind` (see the module docstring): C = hidden_size,
     F = 1.5 C, 4 query heads of 16 (qwen3: qwen3_head_dim; gemma3: gemma3_head_dim, with
     query_pre_attn_scalar = d, as every Gemma 3 but the 27B), tied embedding, context 64; norm
@@ -73,25 +83,40 @@ def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: i
         raise ValueError(f"kind = {kind!r}; expected one of {KINDS}")
     quiet_transformers()
     torch.manual_seed(seed)
-    common = dict(vocab_size=vocab_size, hidden_size=hidden_size,
-                  intermediate_size=hidden_size * 3 // 2, max_position_embeddings=64,
-                  rms_norm_eps=1e-6, tie_word_embeddings=True, num_attention_heads=4)  # fmt: skip
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 3 // 2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        num_attention_heads=4,
+    )
     rope = {} if rope_parameters is None else {"rope_parameters": rope_parameters}
     if kind == "llama":
         rope = rope or {"rope_theta": 500.0}
-        cfg = tf.LlamaConfig(**common, num_hidden_layers=2, num_key_value_heads=2,
-                             head_dim=16, **rope)  # fmt: skip
+        cfg = tf.LlamaConfig(
+            **common, num_hidden_layers=2, num_key_value_heads=2, head_dim=16, **rope
+        )
     elif kind == "qwen2":
         rope = rope or {"rope_theta": 3000.0}
         cfg = tf.Qwen2Config(**common, num_hidden_layers=2, num_key_value_heads=2, **rope)
     elif kind == "qwen3":
         rope = rope or {"rope_theta": 5000.0}
-        cfg = tf.Qwen3Config(**common, num_hidden_layers=2, num_key_value_heads=2,
-                             head_dim=qwen3_head_dim, **rope)  # fmt: skip
+        cfg = tf.Qwen3Config(
+            **common, num_hidden_layers=2, num_key_value_heads=2, head_dim=qwen3_head_dim, **rope
+        )
     elif kind == "gemma2":
-        cfg = tf.Gemma2Config(**common, num_hidden_layers=4, num_key_value_heads=2, head_dim=16,
-                              sliding_window=5, query_pre_attn_scalar=20,
-                              attn_logit_softcapping=3.0, final_logit_softcapping=5.0)  # fmt: skip
+        cfg = tf.Gemma2Config(
+            **common,
+            num_hidden_layers=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=5,
+            query_pre_attn_scalar=20,
+            attn_logit_softcapping=3.0,
+            final_logit_softcapping=5.0,
+        )
     else:  # gemma3: the scores scaled by 1/√d, as llama.cpp scales them (all but the 27B)
         cfg = tf.Gemma3TextConfig(
             **common,
@@ -103,9 +128,13 @@ def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: i
             **rope,
         )
     cfg._attn_implementation = "eager"
-    cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM,
-           "qwen3": tf.Qwen3ForCausalLM, "gemma2": tf.Gemma2ForCausalLM,
-           "gemma3": tf.Gemma3ForCausalLM}[kind]  # fmt: skip
+    cls = {
+        "llama": tf.LlamaForCausalLM,
+        "qwen2": tf.Qwen2ForCausalLM,
+        "qwen3": tf.Qwen3ForCausalLM,
+        "gemma2": tf.Gemma2ForCausalLM,
+        "gemma3": tf.Gemma3ForCausalLM,
+    }[kind]
     hf = cls(cfg).to(dtype).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
@@ -158,8 +187,14 @@ def decoder_from_hf(hf, dtype=torch.float64) -> DecoderLM:
 
 # transformers' RoPE scalings the small models below carry: Llama 3's, and Gemma 3 4B to 27B's
 # linear one on the global layers
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}  # fmt: skip
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 GEMMA3_LINEAR_ROPE = {
     "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
     "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},

@@ -176,8 +176,13 @@ def test_an_architecture_is_one_file_and_lives_in_models():
         if path.stem in ("__init__", "read", "spec"):
             continue
         tree = ast.parse(path.read_text())
-        assigned = [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
-                    if isinstance(t, ast.Name)]  # fmt: skip
+        assigned = [
+            t.id
+            for n in tree.body
+            if isinstance(n, ast.Assign)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        ]
         assert "ARCHITECTURE" in assigned, f"mha_lib/models/{path.name} holds no ARCHITECTURE"
     for name, path in modules().items():
         found = strings(path)
@@ -230,8 +235,11 @@ def test_no_module_imports_a_private_name_from_another_package():
                 source = node.module or ""
             if not source.startswith("mha_lib"):
                 continue
-            source_package = source if source in known and known[source].name == "__init__.py" \
-                else source.rpartition(".")[0]  # fmt: skip
+            source_package = (
+                source
+                if source in known and known[source].name == "__init__.py"
+                else source.rpartition(".")[0]
+            )
             private = [a.name for a in node.names if a.name.startswith("_")]
             assert source_package == package or not private, (
                 f"{name} imports {private} from {source}, another package's private names"
@@ -271,7 +279,7 @@ def test_the_module_table_lists_every_module():
     readme = (ROOT / "docs" / "library.md").read_text()
     table = readme[readme.index("| module | what it holds | notebook |") :]
     table = table[: table.index("\n\n")]
-    named = set(re.findall(r"`([a-z_.]+)`", table))
+    named = set(re.findall(r"`([a-z0-9_.]+)`", table))
     for name, path in modules().items():
         short = name.removeprefix("mha_lib.")
         if short == "mha_lib" or path.parent.name in ("exercises", "bench"):

@@ -227,8 +227,9 @@ class AttentionShard(DecoderAttention):
     def __init__(self, config: DecoderConfig, world_size: int, layer: int = 0) -> None:
         P = world_size
         h_kv = max(config.num_kv_heads // P, 1)  # fewer key/value heads than ranks: one, copied
-        super().__init__(replace(config, num_heads=config.num_heads // P, num_kv_heads=h_kv),
-                         layer=layer)  # fmt: skip
+        super().__init__(
+            replace(config, num_heads=config.num_heads // P, num_kv_heads=h_kv), layer=layer
+        )
 
 
 class DecoderShard(nn.Module):

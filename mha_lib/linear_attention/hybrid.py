@@ -186,10 +186,24 @@ def state_numbers(config: HybridConfig) -> dict[str, int]:
 # a convolution of 4, max_position_embeddings 262144 (the model card's native context), and
 # mamba_ssm_dtype float32: the linear layers' states are kept in float32.
 QWEN3_5_27B = HybridConfig(
-    vocab_size=248_320, hidden_size=5120, num_layers=64, num_heads=24, num_kv_heads=4,
-    head_dim=256, intermediate_size=17_408, rope_base=10_000_000.0, rms_norm_eps=1e-6,
-    context_length=262_144, tie_embeddings=False, qk_norm=True, rope_dim=64,
-    attn_output_gate=True, layer_types=(("linear_attention",) * 3 + ("full_attention",)) * 16,
-    linear_num_key_heads=16, linear_num_value_heads=48, linear_key_head_dim=128,
-    linear_value_head_dim=128, linear_conv_kernel_dim=4,
-)  # fmt: skip
+    vocab_size=248_320,
+    hidden_size=5120,
+    num_layers=64,
+    num_heads=24,
+    num_kv_heads=4,
+    head_dim=256,
+    intermediate_size=17_408,
+    rope_base=10_000_000.0,
+    rms_norm_eps=1e-6,
+    context_length=262_144,
+    tie_embeddings=False,
+    qk_norm=True,
+    rope_dim=64,
+    attn_output_gate=True,
+    layer_types=(("linear_attention",) * 3 + ("full_attention",)) * 16,
+    linear_num_key_heads=16,
+    linear_num_value_heads=48,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_conv_kernel_dim=4,
+)

@@ -37,8 +37,10 @@ def differences(config: DecoderConfig) -> list[str]:
         what = f"by {lo:g}" if lo == hi else f"by factors from {lo:g} to {hi:g}"
         out.append(f"RoPE's frequencies divided {what} in the global layers (a longer context)")
     if c.rope_local_base is not None and c.rope_local_base != c.rope_base:
-        out.append(f"RoPE base {c.rope_local_base:,.0f} in the sliding layers, "
-                   f"{c.rope_base:,.0f} in the global ones")  # fmt: skip
+        out.append(
+            f"RoPE base {c.rope_local_base:,.0f} in the sliding layers, "
+            f"{c.rope_base:,.0f} in the global ones"
+        )
     if c.rope_dim not in (None, c.head_dim):
         out.append(
             f"partial RoPE: only the first {c.rope_dim} of each head's {c.head_dim} numbers turn"

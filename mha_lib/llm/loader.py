@@ -126,8 +126,15 @@ def _checked_path(path, expected_sha256: str | None) -> Path:
     return path
 
 
-def _load(f: GGUFFile, attention, rope_interleaved: bool, *, config: DecoderConfig | None = None,
-          rows_permuted: bool = True, quantized_embedding: bool = False) -> DecoderLM:  # fmt: skip
+def _load(
+    f: GGUFFile,
+    attention,
+    rope_interleaved: bool,
+    *,
+    config: DecoderConfig | None = None,
+    rows_permuted: bool = True,
+    quantized_embedding: bool = False,
+) -> DecoderLM:
     """The model of an open file, every check first. rows_permuted: the file's W_Q and W_K rows
     are in adjacent RoPE pairs (llama.cpp's llama); quantized_embedding: keep a tied Q8_0
     embedding as its blocks."""
@@ -248,19 +255,32 @@ def load_gguf(
         config = config_from_gguf(f)  # refuses an unknown architecture by name
         arch = f.value("general.architecture")
         tokenizer = tokenizer_from_gguf(f)
-        model = _load(f, attention, rope_interleaved, config=config,
-                      rows_permuted=architecture(arch).rope_rows_permuted,
-                      quantized_embedding=quantized_embedding)  # fmt: skip
+        model = _load(
+            f,
+            attention,
+            rope_interleaved,
+            config=config,
+            rows_permuted=architecture(arch).rope_rows_permuted,
+            quantized_embedding=quantized_embedding,
+        )
     release_freed_memory()  # the file's parsed metadata, freed: hand it back to the system
     return model, tokenizer
 
 
-def load_gemma3(*, attention: str | AttentionFn = "sdpa", rope_interleaved: bool = False,
-                quantized_embedding: bool = True):  # fmt: skip
+def load_gemma3(
+    *,
+    attention: str | AttentionFn = "sdpa",
+    rope_interleaved: bool = False,
+    quantized_embedding: bool = True,
+):
     """(model, tokenizer): Gemma 3 270M (the base model, Q4_K_M) from its four part packages,
     joined once into the cache directory and checked against its sha256 (`find_model_file`);
     its Q8_0 tied embedding kept as 178 MB of blocks (`QuantizedEmbedding`) unless
     quantized_embedding=False (671 MB in float32)."""
     path = find_model_file("gemma3")  # checks the sha256 (once per process)
-    return load_gguf(path, attention=attention, rope_interleaved=rope_interleaved,
-                     quantized_embedding=quantized_embedding)  # fmt: skip
+    return load_gguf(
+        path,
+        attention=attention,
+        rope_interleaved=rope_interleaved,
+        quantized_embedding=quantized_embedding,
+    )

@@ -426,10 +426,16 @@ class DecoderBlock(nn.Module):
         self.post_norm1 = RMSNorm(C, eps) if config.sandwich_norms else None
         self.post_norm2 = RMSNorm(C, eps) if config.sandwich_norms else None
 
-    def forward(self, x: Tensor, positions: Tensor, cache=None, attention=None,
-                head_mask=None) -> Tensor:  # fmt: skip
-        a = self.self_attn(self.norm1(x), positions=positions, cache=cache,
-                           attention=attention, head_mask=head_mask)  # fmt: skip
+    def forward(
+        self, x: Tensor, positions: Tensor, cache=None, attention=None, head_mask=None
+    ) -> Tensor:
+        a = self.self_attn(
+            self.norm1(x),
+            positions=positions,
+            cache=cache,
+            attention=attention,
+            head_mask=head_mask,
+        )
         x = x + (a if self.post_norm1 is None else self.post_norm1(a))
         m = self.mlp(self.norm2(x))  # (B, n, C)
         return x + (m if self.post_norm2 is None else self.post_norm2(m))  # (B, n, C)
@@ -541,15 +547,18 @@ class DecoderLM(nn.Module):
             [layer.self_attn.new_cache(batch_size, max_len) for layer in self.layers]
         )
 
-    def new_sink_cache(self, batch_size: int, window: int, num_sinks: int = 4,
-                       rope_positions: str = "cache") -> DecoderCache:  # fmt: skip
+    def new_sink_cache(
+        self, batch_size: int, window: int, num_sinks: int = 4, rope_positions: str = "cache"
+    ) -> DecoderCache:
         """A rolling SinkKVCache per layer: the first num_sinks tokens and the last window, the
         keys rotated at their places in the cache (StreamingLLM) or, with
         rope_positions="original", at their positions in the text."""
-        return DecoderCache([
-            layer.self_attn.new_sink_cache(batch_size, window, num_sinks, rope_positions)
-            for layer in self.layers
-        ])  # fmt: skip
+        return DecoderCache(
+            [
+                layer.self_attn.new_sink_cache(batch_size, window, num_sinks, rope_positions)
+                for layer in self.layers
+            ]
+        )
 
     def hidden_states(
         self,
@@ -597,8 +606,9 @@ class DecoderLM(nn.Module):
         last_only: bool = False,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         recorder = RecordWeights() if need_weights else None  # written out, the weights kept
-        x = self.hidden_states(input_ids, cache, attention=recorder or attention,
-                               head_mask=head_mask)  # fmt: skip
+        x = self.hidden_states(
+            input_ids, cache, attention=recorder or attention, head_mask=head_mask
+        )
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
         logits = self.logits(x)  # (B, n, V)

@@ -52,13 +52,24 @@ def test_qwen3_5s_options_and_every_other_are_named():
     llama = DecoderConfig.of_layer(hidden_size=64, num_heads=4, num_kv_heads=2)
     assert differences(llama) == []
     options = {  # field: a value that is not Llama's
-        "qk_norm": True, "rope_dim": 8, "attention_bias": True, "query_scale": 0.1,
-        "sandwich_norms": True, "embedding_scale": 8.0, "mlp_activation": "gelu_tanh",
-        "attn_logit_softcap": 30.0, "final_logit_softcap": 20.0, "attention_sinks": True,
-        "attn_output_gate": True, "tie_embeddings": False, "rope_freq_factors": (2.0,) * 8,
-        "num_kv_heads": 1, "head_dim": 8,
-        "layer_types": ("sliding_attention",), "rope_local_base": 100.0,
-    }  # fmt: skip
+        "qk_norm": True,
+        "rope_dim": 8,
+        "attention_bias": True,
+        "query_scale": 0.1,
+        "sandwich_norms": True,
+        "embedding_scale": 8.0,
+        "mlp_activation": "gelu_tanh",
+        "attn_logit_softcap": 30.0,
+        "final_logit_softcap": 20.0,
+        "attention_sinks": True,
+        "attn_output_gate": True,
+        "tie_embeddings": False,
+        "rope_freq_factors": (2.0,) * 8,
+        "num_kv_heads": 1,
+        "head_dim": 8,
+        "layer_types": ("sliding_attention",),
+        "rope_local_base": 100.0,
+    }
     for name, value in options.items():
         extra = {"sliding_window": 4} if name in ("layer_types", "rope_local_base") else {}
         if name == "rope_local_base":

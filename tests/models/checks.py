@@ -22,8 +22,18 @@ from mha_lib.nn.decoder import DecoderConfig
 from mha_lib.testing import assert_close
 from tests.hf_models import decoder_from_hf, random_hf
 
-SIZES = ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-         "intermediate_size", "rope_base", "rms_norm_eps", "context_length")  # fmt: skip
+SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "rope_base",
+    "rms_norm_eps",
+    "context_length",
+)
 # transformers computes its RMSNorms in float32 (x.float()) even in a float64 model: the logits
 # (of order 10) agree at float32's precision
 ATOL = 1e-4
@@ -92,8 +102,12 @@ def check_gguf_reader(kind: str, tmp_path, **kwargs) -> DecoderConfig:
         config = models.config_from_gguf(f)
     expected = models.config_from_hf(hf.config)
     eps = torch.tensor(expected.rms_norm_eps, dtype=torch.float32).item()  # a float32 in the file
-    expected = replace(expected, bos_token_id=config.bos_token_id,
-                       eos_token_id=config.eos_token_id, rms_norm_eps=eps)  # fmt: skip
+    expected = replace(
+        expected,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        rms_norm_eps=eps,
+    )
     assert config == expected, {
         f.name: (getattr(config, f.name), getattr(expected, f.name))
         for f in fields(DecoderConfig)

@@ -19,7 +19,8 @@ def test_its_gguf_files_are_refused_by_name(tmp_path, make_tiny_gguf):
     from mha_lib.models import config_from_gguf
 
     make_tiny_gguf(tmp_path / "g.gguf", arch="gemma2")
-    with GGUFFile(tmp_path / "g.gguf") as f, pytest.raises(
-        ValueError, match=r"holds a 'gemma2' model \(its files are not read here\)"
-    ):  # fmt: skip
+    with (
+        GGUFFile(tmp_path / "g.gguf") as f,
+        pytest.raises(ValueError, match=r"holds a 'gemma2' model \(its files are not read here\)"),
+    ):
         config_from_gguf(f)

@@ -30,7 +30,12 @@ def test_gemma3_270ms_configuration_from_its_file():
     with GGUFFile(find_model_file("gemma3")) as f:
         cfg = config_from_gguf(f)
     assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
-        18, 640, 4, 1, 256)  # fmt: skip
+        18,
+        640,
+        4,
+        1,
+        256,
+    )
     assert cfg.vocab_size == 262_144 and cfg.intermediate_size == 2048
     assert cfg.context_length == 32_768 and cfg.sliding_window == 512
     assert cfg.rope_base == 1e6 and cfg.rope_local_base == 10_000.0  # the second: a default
@@ -43,5 +48,8 @@ def test_gemma3_270ms_configuration_from_its_file():
     assert cfg.final_logit_softcap is None and abs(cfg.rms_norm_eps - 1e-6) < 1e-12
     assert (cfg.bos_token_id, cfg.eos_token_id) == (2, 1)
     assert set(ARCHITECTURES["gemma3"].defaults) == {
-        "sliding_window_pattern", "rope_local_base", "layers_of_27b"}  # fmt: skip
+        "sliding_window_pattern",
+        "rope_local_base",
+        "layers_of_27b",
+    }
     assert cfg.rope_freq_factors is None  # 270M stretches nothing (4B to 27B do)

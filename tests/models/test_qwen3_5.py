@@ -13,12 +13,20 @@ def small_qwen3_5_config():
     from transformers import Qwen3_5TextConfig
 
     return Qwen3_5TextConfig(
-        vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=8, linear_num_key_heads=2,
-        linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=8,
+        vocab_size=61,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=8,
+        linear_value_head_dim=8,
         layer_types=["linear_attention"] * 3 + ["full_attention"],
         rope_parameters={"rope_theta": 500.0, "rope_type": "default", "partial_rotary_factor": 0.5},
-    )  # fmt: skip
+    )
 
 
 def test_read_into_the_hybrid_config_with_every_option_described():

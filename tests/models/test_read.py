@@ -50,8 +50,11 @@ def test_a_config_no_file_describes_still_has_every_name():
     llama = DecoderConfig.of_layer(hidden_size=16, num_heads=2)
     sinks = replace(llama, attention_sinks=True, attn_output_gate=True, qk_norm=True)
     names = [w.ours for w in layer_weights(sinks)]
-    assert {"self_attn.sink_logits", "self_attn.gate_proj.weight", "self_attn.q_norm.weight"} \
-        <= set(names)  # fmt: skip
+    assert {
+        "self_attn.sink_logits",
+        "self_attn.gate_proj.weight",
+        "self_attn.q_norm.weight",
+    } <= set(names)
     assert splits(sinks)["layers.0.self_attn.sink_logits"] == "head_logits"
     assert hf_names(sinks)["layers.0.self_attn.sink_logits"] == "model.layers.0.self_attn.sinks"
     with pytest.raises(ValueError, match=r"attention_sinks: a GGUF file stores no"):
@@ -83,10 +86,14 @@ def test_what_is_not_read_is_refused_by_name_before_reading(tmp_path, make_tiny_
     from mha_lib.llm.gguf_file import GGUFFile
 
     make_tiny_gguf(tmp_path / "x.gguf", arch="falcon")
-    with GGUFFile(tmp_path / "x.gguf") as f, pytest.raises(
-        ValueError, match=r"holds a 'falcon' model \(no file here describes it\); load_gguf "
-        r"reads 'gemma3' \(Gemma 3\), 'llama' \(Llama 2"
-    ):  # fmt: skip
+    with (
+        GGUFFile(tmp_path / "x.gguf") as f,
+        pytest.raises(
+            ValueError,
+            match=r"holds a 'falcon' model \(no file here describes it\); load_gguf "
+            r"reads 'gemma3' \(Gemma 3\), 'llama' \(Llama 2",
+        ),
+    ):
         models.config_from_gguf(f)
     with pytest.raises(ValueError, match=r"model_type = 'mistral' is not read here"):
         models.config_from_hf(SimpleNamespace(model_type="mistral"))

@@ -9,8 +9,9 @@ from mha_lib.nn.decoder import DecoderConfig
 
 def test_a_weight_row_knows_when_it_applies_and_refuses_an_unknown_split():
     tied = DecoderConfig.of_layer(hidden_size=8, num_heads=2)
-    head = Weight("lm_head.weight", "output.weight", "lm_head.weight", "not_split",
-                  "not tie_embeddings")  # fmt: skip
+    head = Weight(
+        "lm_head.weight", "output.weight", "lm_head.weight", "not_split", "not tie_embeddings"
+    )
     assert not head.applies(tied)
     from dataclasses import replace
 
