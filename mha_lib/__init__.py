@@ -27,6 +27,12 @@ only the core and the shared modules:
   FlashAttention in plain torch, head scores and circuits, the decoder with its pluggable
   attention functions, and generation (notebooks 08, 11, 12).
 
+Below them, the architectures, importing only the layers above:
+- `models/`: one file per architecture (Llama, Qwen2, Qwen3, Gemma 2, Gemma 3, Qwen3.5): the
+  options it sets, where its numbers come from in a GGUF file and in a transformers config,
+  each weight's names and how tensor parallelism splits it; one reader per source
+  (notebooks 12, 15, 16).
+
 One package per later part, a leaf: it imports the core, the building blocks, the shared
 modules and at most two other parts it declares (its `Edges:`), and nothing imports it but the
 tools:

@@ -11,8 +11,23 @@ three places:
   coordinates of q and k (d_k of them per head) by an angle proportional to the position, so
   that q_m · k_n depends on the positions only through m - n.
 
+A model trained on short texts is stretched to longer ones by slowing RoPE's pairs down: each
+scaling gives (d/2,) factors that divide the frequencies base^(-2i/d) (pass
+`rope_frequencies(d, base) / factors` as `rope(..., frequencies=)`), as transformers' configs
+(`rope_type`) and llama.cpp's GGUF files (`rope.scaling.type`) name them:
+- `linear_frequency_factors`: every pair by the same factor (position interpolation, Chen et al.
+  2023; Gemma 3's global layers);
+- `llama3_frequency_factors`: Llama 3.1's, the fast pairs kept, the slow ones divided, a smooth
+  blend between;
+- `yarn_frequency_factors`: YaRN's (Peng et al. 2023; Qwen2.5, Qwen3, DeepSeek-V3), a linear
+  ramp between kept and divided pairs, and a factor on the scores.
+Notebook 10 (§6) derives the linear one (position interpolation), notebook 11 YaRN
+(DeepSeek-V3's), notebook 15 reads the scalings a GGUF file holds. Each equals transformers'
+`ROPE_INIT_FUNCTIONS` (tests/test_positions.py).
+
 Notation (notebook 00's table): X (N, C), one head's queries and keys (N, d_k), values (N, d_v),
-h heads; `rope` takes any (..., N, d) with d = d_k even, e.g. (B, h, N, d_k). Imports torch.
+h heads; `rope` takes any (..., N, d) with d = d_k even, e.g. (B, h, N, d_k). Imports torch (the
+three scalings are plain Python).
 """
 
 from __future__ import annotations
@@ -23,12 +38,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._checks import check_int
+
 __all__ = [
+    "linear_frequency_factors",
+    "llama3_frequency_factors",
     "rope",
     "rope_frequencies",
     "rope_permutation",
     "sinusoidal_positions",
     "t5_relative_buckets",
+    "yarn_frequency_factors",
 ]
 
 
@@ -147,10 +167,149 @@ def t5_relative_buckets(
     return torch.where(dist < exact, dist, log_part)
 
 
+def linear_frequency_factors(dim: int, factor: float) -> tuple[float, ...]:
+    """(dim/2,) factors dividing RoPE's frequencies for a linear scaling (transformers'
+    `rope_type` "linear", a GGUF file's `rope.scaling.type` "linear"): every pair turns `factor`
+    times more slowly, as if each position were divided by factor (position interpolation,
+    Chen et al. 2023, the same rotation as `rope(..., scale=1 / factor)`). Gemma 3 4B to 27B
+    stretch their global layers by 8. dim: the rotated dimensions of a head (d_k, or RoPE's part
+    of it)."""
+    dim, factor = _check_d(dim, "dim"), _check_positive(factor, "factor")
+    return (factor,) * (dim // 2)
+
+
+def llama3_frequency_factors(
+    dim: int,
+    base: float,
+    factor: float,
+    low_freq_factor: float,
+    high_freq_factor: float,
+    original_context_length: int,
+) -> tuple[float, ...]:
+    """(dim/2,) factors dividing RoPE's frequencies ω_i = base^(-2i/dim) for Llama 3.1's scaling
+    (transformers' `rope_type` "llama3"; a GGUF file stores them as the tensor
+    `rope_freqs.weight`). Llama 3.1 and 3.2: base 500,000, factor 8 (32 for 3.2), low_freq_factor
+    1, high_freq_factor 4, original_context_length 8192.
+
+    Pair i makes r_i = original_context_length · ω_i / 2π turns within the original context:
+    - r_i > high_freq_factor: kept (factor 1): training showed it every angle, several times;
+    - r_i < low_freq_factor: divided by `factor` (interpolated, as `linear_frequency_factors`);
+    - between, a blend of the two frequencies, s = (r_i - low_freq_factor) / (high_freq_factor -
+      low_freq_factor) of the kept one: ω_i' = ω_i ((1 - s) / factor + s), factor 1 / ((1 - s) /
+      factor + s).
+    """
+    dim, base = _check_d(dim, "dim"), _check_base(base)
+    factor = _check_positive(factor, "factor")
+    low = _check_positive(low_freq_factor, "low_freq_factor")
+    high = _check_positive(high_freq_factor, "high_freq_factor")
+    if not low < high:
+        raise ValueError(
+            f"low_freq_factor = {low_freq_factor!r}, high_freq_factor = {high_freq_factor!r}; "
+            "expected low_freq_factor < high_freq_factor (turns within the original context "
+            "below which a pair is divided, above which it is kept)"
+        )
+    original = check_int(original_context_length, "original_context_length")
+    factors = []  # (dim/2,)
+    for i in range(dim // 2):
+        omega = 1.0 / base ** (2 * i / dim)
+        turns = original * omega / (2 * math.pi)  # r_i: turns within the original context
+        s = min(max((turns - low) / (high - low), 0.0), 1.0)  # 0: divided, 1: kept
+        factors.append(1.0 / ((1 - s) / factor + s))
+    return tuple(factors)
+
+
+def yarn_frequency_factors(
+    dim: int,
+    base: float,
+    factor: float,
+    original_context_length: int,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    truncate: bool = True,
+    *,
+    attention_factor: float | None = None,
+    mscale: float | None = None,
+    mscale_all_dim: float | None = None,
+) -> tuple[tuple[float, ...], float]:
+    """YaRN (Peng et al. 2023), as transformers computes it (`rope_type` "yarn"): (dim/2,)
+    factors dividing RoPE's frequencies ω_i = base^(-2i/dim), and the attention factor.
+    Qwen2.5 and Qwen3 stretch 32,768 tokens by factor 4 (base 10^6); DeepSeek-V3 4096 by 40.
+
+    Pair i turns r_i = original_context_length · ω_i / 2π times within the original context.
+    The pairs that turn more than beta_fast times are kept, those that turn fewer than
+    beta_slow times are divided by `factor`, with a linear ramp in the pair index between:
+    - the correction range: the (fractional) pair index at which r = beta, dim · ln(original /
+      (2π beta)) / (2 ln base), for beta_fast (low) and beta_slow (high); rounded outwards
+      (floor, ceil) when `truncate`; then clipped to [0, dim - 1] (dim - 1 though the last pair
+      is dim/2 - 1, as transformers and llama.cpp clip), and high = low + 0.001 when they meet;
+    - ramp_i = (i - low) / (high - low) clipped to [0, 1] (0: kept, 1: divided), the frequency
+      ω_i (1 - ramp_i + ramp_i / factor), so the factor 1 / (1 - ramp_i + ramp_i / factor).
+
+    attention_factor, returned: the one given, else (DeepSeek's form, when both mscale and
+    mscale_all_dim are given) m(mscale) / m(mscale_all_dim) with m(s) = 0.1 · s · ln(factor) + 1,
+    else 0.1 · ln(factor) + 1 (1 when factor <= 1). transformers multiplies RoPE's cos and sin by
+    it, so the rotated query and key are both scaled: every score q·k is multiplied by
+    attention_factor² (when RoPE turns all of d_k; with partial RoPE only the rotated part's
+    share of the score). DeepSeek's attention also multiplies its softmax scale by
+    m(mscale_all_dim)², which is not RoPE's (`mha_lib.efficient.mla.yarn`).
+    """
+    dim, base = _check_d(dim, "dim"), _check_base(base)
+    factor = _check_positive(factor, "factor")
+    original = check_int(original_context_length, "original_context_length")
+    fast, slow = _check_positive(beta_fast, "beta_fast"), _check_positive(beta_slow, "beta_slow")
+    if not fast > slow:
+        raise ValueError(
+            f"beta_fast = {beta_fast!r}, beta_slow = {beta_slow!r}; expected beta_fast > "
+            "beta_slow (turns within the original context above which a pair is kept, below "
+            "which it is divided)"
+        )
+    if not isinstance(truncate, bool):
+        raise TypeError(f"truncate is a {type(truncate).__name__}; expected True or False")
+    if attention_factor is not None:
+        attention_factor = _check_positive(attention_factor, "attention_factor")
+    if mscale is not None:
+        mscale = _check_positive(mscale, "mscale")
+    if mscale_all_dim is not None:
+        mscale_all_dim = _check_positive(mscale_all_dim, "mscale_all_dim")
+
+    def index_of(turns: float) -> float:  # the pair index that turns `turns` times in original
+        return dim * math.log(original / (2 * math.pi * turns)) / (2 * math.log(base))
+
+    low, high = index_of(fast), index_of(slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    factors = []  # (dim/2,)
+    for i in range(dim // 2):
+        ramp = min(max((i - low) / (high - low), 0.0), 1.0)  # 0: kept, 1: divided by factor
+        factors.append(1.0 / (1 - ramp + ramp / factor))
+    if attention_factor is None:
+        if mscale is not None and mscale_all_dim is not None:
+            attention_factor = _yarn_m(factor, mscale) / _yarn_m(factor, mscale_all_dim)
+        else:
+            attention_factor = _yarn_m(factor, 1.0)
+    return tuple(factors), float(attention_factor)
+
+
+def _yarn_m(factor: float, mscale: float) -> float:
+    """YaRN's magnitude 0.1 · mscale · ln(factor) + 1 (1 when factor <= 1)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
 def _check_d(d, name: str = "d") -> int:
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2 or d % 2:
         raise ValueError(f"{name} = {d!r}; expected an even integer >= 2 (coordinates in pairs)")
     return int(d)
+
+
+def _check_positive(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} is a {type(value).__name__}; expected a number > 0")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} = {value!r}; expected a finite number > 0")
+    return float(value)
 
 
 def _check_base(base) -> float:

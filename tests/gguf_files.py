@@ -46,8 +46,13 @@ def bpe_vocab(size: int = 420) -> dict:
     tokens = [t for t, _ in vocab] + ["<|begin_of_text|>", "<|end_of_text|>"]
     merges = [" ".join(m) if isinstance(m, list) else m for m in model["merges"]]
     types = [1] * (len(tokens) - 2) + [3, 3]
-    return {"tokens": tokens, "merges": merges, "token_type": types,
-            "bos": len(tokens) - 2, "eos": len(tokens) - 1}  # fmt: skip
+    return {
+        "tokens": tokens,
+        "merges": merges,
+        "token_type": types,
+        "bos": len(tokens) - 2,
+        "eos": len(tokens) - 1,
+    }
 
 
 @cache
@@ -61,14 +66,23 @@ def spm_vocab(size: int = 300) -> dict:
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=SPACE, prepend_scheme="never")
     trainer = trainers.BpeTrainer(vocab_size=size, show_progress=False)
     tok.train_from_iterator(_corpus(), trainer)
-    pieces = [t for t, _ in sorted(json.loads(tok.to_str())["model"]["vocab"].items(),
-                                   key=lambda kv: kv[1])]  # fmt: skip
+    pieces = [
+        t
+        for t, _ in sorted(json.loads(tok.to_str())["model"]["vocab"].items(), key=lambda kv: kv[1])
+    ]
     special = ["<pad>", "<eos>", "<bos>", "<unk>"]
     tokens = special + [f"<0x{b:02X}>" for b in range(256)] + pieces
     types = [3, 3, 3, 2] + [6] * 256 + [1] * len(pieces)
     scores = [0.0] * (4 + 256) + [-float(i) for i in range(len(pieces))]
-    return {"tokens": tokens, "scores": scores, "token_type": types,
-            "pad": 0, "eos": 1, "bos": 2, "unk": 3}  # fmt: skip
+    return {
+        "tokens": tokens,
+        "scores": scores,
+        "token_type": types,
+        "pad": 0,
+        "eos": 1,
+        "bos": 2,
+        "unk": 3,
+    }
 
 
 def add_vocab(w, kind: str) -> None:
@@ -123,8 +137,9 @@ def vocab_size(kind: str) -> int:
     return len((spm_vocab() if kind == "gemma3_text" else bpe_vocab())["tokens"])
 
 
-def write_gguf(path, hf, *, qtype="Q8_0", embed_qtype="Q8_0", arch=None, vocab=True,
-               skip=(), extra=None):  # fmt: skip
+def write_gguf(
+    path, hf, *, qtype="Q8_0", embed_qtype="Q8_0", arch=None, vocab=True, skip=(), extra=None
+):
     """Write transformers model hf (float32) as a GGUF file at path (see the module docstring).
 
     arch: the name written as general.architecture (default: hf's); skip: tensor names left
@@ -136,7 +151,7 @@ def write_gguf(path, hf, *, qtype="Q8_0", embed_qtype="Q8_0", arch=None, vocab=T
     from gguf import GGMLQuantizationType as Q
     from gguf.quants import quantize
 
-    from mha_lib.llm.loader import gguf_names, hf_names
+    from mha_lib.models import gguf_names, hf_names
     from mha_lib.positions import rope_permutation
     from tests.hf_models import config_from_hf
 
@@ -167,6 +182,10 @@ def write_gguf(path, hf, *, qtype="Q8_0", embed_qtype="Q8_0", arch=None, vocab=T
     if scaling.get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(scaling["factor"])
+    elif scaling.get("rope_type") == "yarn":  # as llama.cpp's converter writes Qwen's
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(scaling["factor"])
+        w.add_rope_scaling_orig_ctx_len(scaling["original_max_position_embeddings"])
     elif scaling.get("rope_type") == "llama3":
         factors = llama3_rope_factors(scaling, ours.head_dim)
         extra = {"rope_freqs.weight": (np.array(factors, np.float32), "F32"), **(extra or {})}

@@ -6,7 +6,7 @@ mha_lib.nn.decoder and mha_lib.llm.loader (imported by them, not a test).
   1:1 sliding windows) or "gemma3" (5 sliding layers to 1 global, one key/value head, two RoPE
   bases, QK-norm), with eager attention and weights large enough that soft caps and windows
   change the logits;
-- `config_from_hf(config)`: our `DecoderConfig` of its configuration;
+- `config_from_hf(config)`: our `DecoderConfig` of its configuration (`mha_lib.models`'s reader);
 - `decoder_from_hf(hf)`: our `DecoderLM` with a copy of its weights, Gemma's norms, which
   transformers applies as (1 + w), stored as the weight 1 + w (as a GGUF file stores them);
 - `hf_model_from_gguf(path)`, `hf_tokenizer_from_gguf(path)`: transformers' model (float32) and
@@ -20,7 +20,7 @@ import warnings
 
 import torch
 
-from mha_lib.llm.loader import hf_names
+from mha_lib import models
 from mha_lib.nn.decoder import DecoderConfig, DecoderLM
 
 KINDS = ("llama", "qwen2", "qwen3", "gemma2", "gemma3")
@@ -56,41 +56,67 @@ def hf_tokenizer_from_gguf(path):
         return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
-def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: int = 48,
-              dtype=torch.float64, weight_std: float = 0.15, qwen3_head_dim: int = 24,
-              gemma3_head_dim: int = 16, rope_parameters: dict | None = None,
-              num_layers: int | None = None, query_pre_attn_scalar: int | None = None):  # fmt: skip
+def random_hf(
+    kind: str,
+    seed: int = 0,
+    *,
+    vocab_size: int = 101,
+    hidden_size: int = 48,
+    dtype=torch.float64,
+    weight_std: float = 0.15,
+    qwen3_head_dim: int = 24,
+    gemma3_head_dim: int = 16,
+    rope_parameters: dict | None = None,
+    num_layers: int | None = None,
+    query_pre_attn_scalar: int | None = None,
+):
     """A random transformers causal LM of `kind` (see the module docstring): C = hidden_size,
     F = 1.5 C, 4 query heads of 16 (qwen3: qwen3_head_dim; gemma3: gemma3_head_dim, with
     query_pre_attn_scalar = d, as every Gemma 3 but the 27B), tied embedding, context 64; norm
     weights drawn around their neutral value, biases in [-0.5, 0.5], other weights
     N(0, weight_std²). rope_parameters: transformers' RoPE configuration instead of the kind's
-    (a scaling: Llama 3's, a linear one). num_layers, query_pre_attn_scalar: Gemma 3's, instead
-    of 7 and d."""
+    (a scaling: Llama 3's, a linear one, YaRN). num_layers, query_pre_attn_scalar: Gemma 3's,
+    instead of 7 and d."""
     import transformers as tf
 
     if kind not in KINDS:
         raise ValueError(f"kind = {kind!r}; expected one of {KINDS}")
     quiet_transformers()
     torch.manual_seed(seed)
-    common = dict(vocab_size=vocab_size, hidden_size=hidden_size,
-                  intermediate_size=hidden_size * 3 // 2, max_position_embeddings=64,
-                  rms_norm_eps=1e-6, tie_word_embeddings=True, num_attention_heads=4)  # fmt: skip
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 3 // 2,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        num_attention_heads=4,
+    )
     rope = {} if rope_parameters is None else {"rope_parameters": rope_parameters}
     if kind == "llama":
         rope = rope or {"rope_theta": 500.0}
-        cfg = tf.LlamaConfig(**common, num_hidden_layers=2, num_key_value_heads=2,
-                             head_dim=16, **rope)  # fmt: skip
+        cfg = tf.LlamaConfig(
+            **common, num_hidden_layers=2, num_key_value_heads=2, head_dim=16, **rope
+        )
     elif kind == "qwen2":
-        cfg = tf.Qwen2Config(**common, num_hidden_layers=2, num_key_value_heads=2,
-                             rope_theta=3000.0)  # fmt: skip
+        rope = rope or {"rope_theta": 3000.0}
+        cfg = tf.Qwen2Config(**common, num_hidden_layers=2, num_key_value_heads=2, **rope)
     elif kind == "qwen3":
-        cfg = tf.Qwen3Config(**common, num_hidden_layers=2, num_key_value_heads=2,
-                             head_dim=qwen3_head_dim, rope_theta=5000.0)  # fmt: skip
+        rope = rope or {"rope_theta": 5000.0}
+        cfg = tf.Qwen3Config(
+            **common, num_hidden_layers=2, num_key_value_heads=2, head_dim=qwen3_head_dim, **rope
+        )
     elif kind == "gemma2":
-        cfg = tf.Gemma2Config(**common, num_hidden_layers=4, num_key_value_heads=2, head_dim=16,
-                              sliding_window=5, query_pre_attn_scalar=20,
-                              attn_logit_softcapping=3.0, final_logit_softcapping=5.0)  # fmt: skip
+        cfg = tf.Gemma2Config(
+            **common,
+            num_hidden_layers=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            sliding_window=5,
+            query_pre_attn_scalar=20,
+            attn_logit_softcapping=3.0,
+            final_logit_softcapping=5.0,
+        )
     else:  # gemma3: the scores scaled by 1/√d, as llama.cpp scales them (all but the 27B)
         cfg = tf.Gemma3TextConfig(
             **common,
@@ -102,9 +128,13 @@ def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: i
             **rope,
         )
     cfg._attn_implementation = "eager"
-    cls = {"llama": tf.LlamaForCausalLM, "qwen2": tf.Qwen2ForCausalLM,
-           "qwen3": tf.Qwen3ForCausalLM, "gemma2": tf.Gemma2ForCausalLM,
-           "gemma3": tf.Gemma3ForCausalLM}[kind]  # fmt: skip
+    cls = {
+        "llama": tf.LlamaForCausalLM,
+        "qwen2": tf.Qwen2ForCausalLM,
+        "qwen3": tf.Qwen3ForCausalLM,
+        "gemma2": tf.Gemma2ForCausalLM,
+        "gemma3": tf.Gemma3ForCausalLM,
+    }[kind]
     hf = cls(cfg).to(dtype).eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
@@ -118,29 +148,9 @@ def random_hf(kind: str, seed: int = 0, *, vocab_size: int = 101, hidden_size: i
 
 
 def config_from_hf(c) -> DecoderConfig:
-    """Our DecoderConfig of a transformers Llama, Qwen2, Qwen3, Gemma 2 or Gemma 3 config."""
-    gemma = c.model_type.startswith("gemma")
-    rope = c.rope_parameters
-    per_type = "full_attention" in rope  # Gemma 3: a base per kind of layer
-    return DecoderConfig(
-        vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_layers=c.num_hidden_layers,
-        num_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads,
-        head_dim=getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads,
-        intermediate_size=c.intermediate_size,
-        rope_base=float((rope["full_attention"] if per_type else rope)["rope_theta"]),
-        rms_norm_eps=c.rms_norm_eps, context_length=c.max_position_embeddings,
-        qk_norm=c.model_type in ("qwen3", "gemma3_text"),
-        layer_types=tuple(c.layer_types) if gemma else None,
-        sliding_window=c.sliding_window if gemma else None,
-        rope_local_base=float(rope["sliding_attention"]["rope_theta"]) if per_type else None,
-        attention_bias=c.model_type == "qwen2",
-        query_scale=c.query_pre_attn_scalar**-0.5 if gemma else None,
-        sandwich_norms=gemma, embedding_scale=c.hidden_size**0.5 if gemma else None,
-        mlp_activation="gelu_tanh" if gemma else "silu",
-        attn_logit_softcap=getattr(c, "attn_logit_softcapping", None),
-        final_logit_softcap=getattr(c, "final_logit_softcapping", None),
-        rope_freq_factors=rope_freq_factors_from_hf(c),
-    )  # fmt: skip
+    """Our DecoderConfig of a transformers Llama, Qwen2, Qwen3, Gemma 2 or Gemma 3 config: the
+    library's reader (`mha_lib.models.config_from_hf`), named here for the tests."""
+    return models.config_from_hf(c)
 
 
 def rope_freq_factors_from_hf(c) -> tuple[float, ...] | None:
@@ -161,20 +171,30 @@ def rope_freq_factors_from_hf(c) -> tuple[float, ...] | None:
 
 def decoder_from_hf(hf, dtype=torch.float64) -> DecoderLM:
     """Our DecoderLM with a copy of hf's weights (see the module docstring)."""
-    cfg = config_from_hf(hf.config)
+    arch, fields = models.config_fields_from_hf(hf.config)
+    cfg = DecoderConfig(**fields)
     ours = DecoderLM(cfg).to(dtype).eval()
     sd = hf.state_dict()
-    gemma = cfg.sandwich_norms
-    ours.load_state_dict({
-        k: sd[v] + 1 if gemma and "norm" in k else sd[v] for k, v in hf_names(cfg).items()
-    })  # fmt: skip
+    plus_one = arch.hf_norms_zero_centred  # transformers' w, applied as 1 + w: ours is 1 + w
+    ours.load_state_dict(
+        {
+            k: sd[v] + 1 if plus_one and "norm" in k else sd[v]
+            for k, v in models.hf_names(cfg).items()
+        }
+    )
     return ours
 
 
 # transformers' RoPE scalings the small models below carry: Llama 3's, and Gemma 3 4B to 27B's
 # linear one on the global layers
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}  # fmt: skip
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
 GEMMA3_LINEAR_ROPE = {
     "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
     "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},

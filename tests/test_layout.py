@@ -1,12 +1,16 @@
-"""The library is laid out in layers: the core on top, one layer of torch building blocks, the
-parts as leaves, and the tools.
+"""The library is laid out in layers: the core on top, one layer of torch building blocks, one
+of architectures, the parts as leaves, and the tools.
 
 Checked from the source (no imports run):
 - the core (what a learner reads beside notebooks 01-04, 07 and 10) imports only the core and
   the shared modules;
 - the building blocks (`nn`: what every later part builds on) import only the core, the shared
-  modules and themselves;
-- a part imports only the core, the building blocks, the shared modules, itself and the edges
+  modules and themselves, and read no key of a GGUF file;
+- the architectures (`models`: one file per architecture, what each model is) import only the
+  core, the shared modules, the building blocks and themselves; every file of the package but
+  its readers is one architecture, and the names of llama.cpp's tensors are spelled there only;
+- a part imports only the core, the building blocks, the architectures, the shared modules,
+  itself and the edges
   it declares: at most two other parts, each named in an `Edges:` paragraph of its package's
   docstring with the reason for it; the tools (exercises, benchmarks) may import anything;
 - no module imports a private name (`_name`) from another package;
@@ -24,6 +28,7 @@ LIB = ROOT / "mha_lib"
 CORE = ["attention", "multihead", "pytorch", "block", "conv", "positions"]
 SHARED = ["plot", "diagrams", "example", "stats", "testing", "runtime", "_checks"]
 BLOCKS = ["nn"]  # the layer of torch building blocks
+MODELS = ["models"]  # the layer of architectures, one file each
 PARTS = [
     "pretrained",
     "toy",
@@ -100,8 +105,8 @@ def declared_edges(part: str) -> dict[str, str]:
 def test_top_level_is_the_core_the_blocks_the_shared_modules_and_one_package_per_part():
     entries = {p.stem for p in LIB.iterdir() if p.suffix == ".py" or p.is_dir()}
     entries -= {"__init__", "__pycache__"}
-    assert entries == set(CORE + SHARED + BLOCKS + PARTS + TOOLS)
-    for part in BLOCKS + PARTS + ["exercises", "bench"]:
+    assert entries == set(CORE + SHARED + BLOCKS + MODELS + PARTS + TOOLS)
+    for part in BLOCKS + MODELS + PARTS + ["exercises", "bench"]:
         assert (LIB / part / "__init__.py").is_file(), part
 
 
@@ -139,6 +144,57 @@ def test_the_building_blocks_import_only_the_core_the_shared_modules_and_themsel
                 assert top(target) in CORE + SHARED + BLOCKS, f"{name} imports {target}"
 
 
+def test_the_architectures_import_only_the_core_the_shared_modules_the_blocks_and_themselves():
+    for name, path in modules().items():
+        if top(name) in MODELS:
+            for target in imports_of(name, path):
+                assert top(target) in CORE + SHARED + BLOCKS + MODELS, f"{name} imports {target}"
+
+
+# what a GGUF file's metadata keys and llama.cpp's tensor names look like, as string constants
+GGUF_KEY = re.compile(
+    r"^(general\.|tokenizer\.ggml\.|[a-z0-9]+\.(block_count|embedding_length|context_length|"
+    r"feed_forward_length|attention\.|rope\.))"
+)
+TENSOR_NAME = re.compile(r"^(blk\.|(attn|ffn)_[a-z_]+\.(weight|bias)$|output_norm|token_embd)")
+
+
+def strings(path: Path) -> set[str]:
+    """The string constants of a module, docstrings included."""
+    return {
+        node.value
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+
+
+def test_an_architecture_is_one_file_and_lives_in_models():
+    """Every module of mha_lib/models but its readers holds one `ARCHITECTURE`; the building
+    blocks read no GGUF key; llama.cpp's tensor names of a layer are spelled in mha_lib/models
+    only (the loaders read them from there)."""
+    for path in (LIB / "models").glob("*.py"):
+        if path.stem in ("__init__", "read", "spec"):
+            continue
+        tree = ast.parse(path.read_text())
+        assigned = [
+            t.id
+            for n in tree.body
+            if isinstance(n, ast.Assign)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        ]
+        assert "ARCHITECTURE" in assigned, f"mha_lib/models/{path.name} holds no ARCHITECTURE"
+    for name, path in modules().items():
+        found = strings(path)
+        if top(name) in BLOCKS:
+            keys = sorted(s for s in found if GGUF_KEY.match(s))
+            assert not keys, f"{name} reads GGUF keys {keys}: read them in mha_lib.models"
+        if top(name) not in MODELS:
+            tensors = sorted(s for s in found if TENSOR_NAME.match(s) and "." in s)
+            allowed = {"token_embd.weight"}  # the embedding a QuantizedEmbedding reads by name
+            assert set(tensors) <= allowed, f"{name} spells llama.cpp's tensor names {tensors}"
+
+
 def test_a_part_imports_the_layers_below_and_only_the_edges_it_declares():
     used: dict[str, set[str]] = {part: set() for part in PARTS}
     for name, path in modules().items():
@@ -148,7 +204,7 @@ def test_a_part_imports_the_layers_below_and_only_the_edges_it_declares():
         edges = declared_edges(part)
         for target in imports_of(name, path):
             other = top(target)
-            if other in CORE + SHARED + BLOCKS or other == part:
+            if other in CORE + SHARED + BLOCKS + MODELS or other == part:
                 continue
             assert other in edges, (
                 f"{name} imports {target}, from the part {other!r}, which {part}'s package "
@@ -179,8 +235,11 @@ def test_no_module_imports_a_private_name_from_another_package():
                 source = node.module or ""
             if not source.startswith("mha_lib"):
                 continue
-            source_package = source if source in known and known[source].name == "__init__.py" \
-                else source.rpartition(".")[0]  # fmt: skip
+            source_package = (
+                source
+                if source in known and known[source].name == "__init__.py"
+                else source.rpartition(".")[0]
+            )
             private = [a.name for a in node.names if a.name.startswith("_")]
             assert source_package == package or not private, (
                 f"{name} imports {private} from {source}, another package's private names"
@@ -210,7 +269,7 @@ def test_no_import_cycle():
 
 
 def test_each_package_says_its_notebook_and_what_to_read_first():
-    for part in BLOCKS + PARTS:
+    for part in BLOCKS + MODELS + PARTS:
         doc = ast.get_docstring(ast.parse((LIB / part / "__init__.py").read_text()))
         assert doc and re.search(r"notebooks? \d\d", doc), part
         assert "Read first" in doc, part
@@ -220,12 +279,12 @@ def test_the_module_table_lists_every_module():
     readme = (ROOT / "docs" / "library.md").read_text()
     table = readme[readme.index("| module | what it holds | notebook |") :]
     table = table[: table.index("\n\n")]
-    named = set(re.findall(r"`([a-z_.]+)`", table))
+    named = set(re.findall(r"`([a-z0-9_.]+)`", table))
     for name, path in modules().items():
         short = name.removeprefix("mha_lib.")
         if short == "mha_lib" or path.parent.name in ("exercises", "bench"):
             continue  # the tools are listed as packages
-        if path.name == "__init__.py" and short in BLOCKS + PARTS:
+        if path.name == "__init__.py" and short in BLOCKS + MODELS + PARTS:
             continue  # a package is a heading of the table
         assert short in named, f"{short} is not in docs/library.md's module table"
 
@@ -251,7 +310,7 @@ def test_the_package_overview_names_every_module_and_benchmark():
     module and package of the top level, and every benchmark `python -m mha_lib.bench` runs."""
     doc = ast.get_docstring(ast.parse((LIB / "__init__.py").read_text()))
     named = set(re.findall(r"`([a-z_]+)/?`", doc))
-    for entry in CORE + SHARED + BLOCKS + PARTS + TOOLS:
+    for entry in CORE + SHARED + BLOCKS + MODELS + PARTS + TOOLS:
         assert entry in named, f"mha_lib/__init__.py's overview does not name `{entry}`"
     bench_main = ast.parse((LIB / "bench" / "__main__.py").read_text())
     table = next(

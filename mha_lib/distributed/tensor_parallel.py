@@ -62,6 +62,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .._checks import check_int
+from ..models import splits
 from ..nn.backends import resolve_attention
 from ..nn.decoder import DecoderAttention, DecoderBlock, DecoderConfig, RMSNorm
 from ..nn.generation import Trace, generate
@@ -151,9 +152,10 @@ def _kv_range(config: DecoderConfig, rank: int, world_size: int) -> tuple[int, i
 def shard_plan(config: DecoderConfig, rank: int, world_size: int) -> dict[str, tuple[Span, Span]]:
     """{parameter name: (rows, cols)}: the part of each stored (out, in) weight `rank` holds.
 
-    Beyond Llama's weights: the biases of q, k and v (Qwen2) and the output gate's W_G
-    (Qwen3.5) go with their heads' rows, the sink logits (gpt-oss) with their heads; the norms
-    (two or four per block, QK-norm's over d shared by the heads) are whole on every rank."""
+    How each weight is split is its row's (`mha_lib.models`, `SPLITS`): beyond Llama's
+    weights, the biases of q, k and v (Qwen2) and the output gate's W_G (Qwen3.5) go with
+    their heads' rows, the sink logits (gpt-oss) with their heads; the norms (two or four per
+    block, QK-norm's over d shared by the heads) are whole on every rank."""
     check_world_size(config, world_size)
     check_int(rank, "rank", 0)
     if rank >= world_size:
@@ -162,33 +164,21 @@ def shard_plan(config: DecoderConfig, rank: int, world_size: int) -> dict[str, t
     heads = _range(c.num_heads * d, rank, P)  # rank r's query heads, whole
     kv = _kv_range(c, rank, P)  # and the key/value heads they share
     hidden = _range(c.intermediate_size, rank, P)
-    whole = (None, None)
-    plan: dict[str, tuple[Span, Span]] = {"embed.weight": (_range(c.vocab_size, rank, P), None)}
-    for i in range(c.num_layers):
-        p, a = f"layers.{i}.", f"layers.{i}.self_attn."
-        plan |= {
-            p + "norm1.weight": whole,
-            a + "q_proj.weight": (heads, None),  # column-parallel W_Q
-            a + "k_proj.weight": (kv, None),
-            a + "v_proj.weight": (kv, None),
-            a + "out_proj.weight": (None, heads),  # row-parallel W_O
-            p + "norm2.weight": whole,
-            p + "mlp.gate_proj.weight": (hidden, None),  # column-parallel
-            p + "mlp.up_proj.weight": (hidden, None),
-            p + "mlp.down_proj.weight": (None, hidden),  # row-parallel
-        }
-        if c.attention_bias:  # (heads·d,): with their heads' rows
-            plan |= {a + "q_proj.bias": (heads, None), a + "k_proj.bias": (kv, None),
-                     a + "v_proj.bias": (kv, None)}  # fmt: skip
-        if c.qk_norm:  # (d,): shared by every head
-            plan |= {a + "q_norm.weight": whole, a + "k_norm.weight": whole}
-        if c.sandwich_norms:
-            plan |= {p + "post_norm1.weight": whole, p + "post_norm2.weight": whole}
-        if c.attn_output_gate:  # W_G (h·d, C): a head's gate with its head
-            plan[a + "gate_proj.weight"] = (heads, None)
-        if c.attention_sinks:  # (h,): one logit per query head
-            plan[a + "sink_logits"] = (_range(c.num_heads, rank, P), None)
-    plan["norm.weight"] = whole
+    spans: dict[str, tuple[Span, Span]] = {
+        "whole": (None, None),
+        "vocab": (_range(c.vocab_size, rank, P), None),
+        "heads": (heads, None),  # column-parallel W_Q (and W_G, q's bias)
+        "kv_heads": (kv, None),
+        "heads_in": (None, heads),  # row-parallel W_O
+        "hidden": (hidden, None),  # column-parallel W_gate, W_up
+        "hidden_in": (None, hidden),  # row-parallel W_down
+        "head_logits": (_range(c.num_heads, rank, P), None),  # (h,): one per query head
+    }
+    plan = {}
+    for name, split in splits(config).items():  # each weight's split, from `mha_lib.models`
+        if split not in spans:  # check_world_size refused what brings it
+            raise ValueError(f"{name} is not split by tensor parallelism ({split})")
+        plan[name] = spans[split]
     return plan
 
 
@@ -237,8 +227,9 @@ class AttentionShard(DecoderAttention):
     def __init__(self, config: DecoderConfig, world_size: int, layer: int = 0) -> None:
         P = world_size
         h_kv = max(config.num_kv_heads // P, 1)  # fewer key/value heads than ranks: one, copied
-        super().__init__(replace(config, num_heads=config.num_heads // P, num_kv_heads=h_kv),
-                         layer=layer)  # fmt: skip
+        super().__init__(
+            replace(config, num_heads=config.num_heads // P, num_kv_heads=h_kv), layer=layer
+        )
 
 
 class DecoderShard(nn.Module):

@@ -37,7 +37,9 @@ import torch
 from torch import Tensor, nn
 
 from ..llm.gguf_file import GGUFFile, find_model_file
-from ..llm.loader import gguf_names, load_decoder, read_weight
+from ..llm.loader import load_decoder, read_weight
+from ..models import config_from_gguf, gguf_names
+from ..models.llama import ROPE_PERMUTED
 from ..nn.decoder import DecoderConfig, DecoderLM
 
 __all__ = ["TINY", "GGUFWeights", "RandomWeights", "fill", "parameter_shapes"]
@@ -119,7 +121,7 @@ class GGUFWeights:
     def __init__(self, path: str | Path | None = None):
         self.path = find_model_file() if path is None else Path(path)
         self._file: GGUFFile | None = None
-        self.config = DecoderConfig.from_gguf(self.file)
+        self.config = config_from_gguf(self.file)
         self.names = {ours: theirs for theirs, ours in gguf_names(self.config).items()}
 
     @property
@@ -152,7 +154,7 @@ class GGUFWeights:
         start, stop = (0, n[0]) if rows is None else rows
         if not 0 <= start < stop <= n[0]:
             raise ValueError(f"rows = {rows} of {name}; expected 0 <= start < stop <= {n[0]}")
-        rope_rows, d = theirs.endswith(("attn_q.weight", "attn_k.weight")), self.config.head_dim
+        rope_rows, d = theirs.endswith(ROPE_PERMUTED), self.config.head_dim
         if rope_rows and (start % d or stop % d):
             raise ValueError(f"rows = {rows} of {name}: expected whole heads of {d} rows")
         return read_weight(self.file, theirs, (start, stop), cols, head_dim=d)

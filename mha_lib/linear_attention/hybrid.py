@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor, nn
 
+from ..models import config_fields_from_hf, state_from_hf, state_to_hf
 from ..nn.decoder import DecoderBlock, DecoderConfig, DecoderLM
 from .gated_deltanet import GatedDeltaNet
 
@@ -51,55 +52,19 @@ class HybridConfig(DecoderConfig):
     @classmethod
     def from_hf(cls, config) -> HybridConfig:
         """Every number from transformers' `Qwen3_5TextConfig` (dense MLP, default RoPE), or from
-        a dict of its fields (a config.json's text_config)."""
+        a dict of its fields (a config.json's text_config), read by the architecture's file
+        (`mha_lib.models.qwen3_5`)."""
         if isinstance(config, dict):
-            from types import SimpleNamespace
-
-            config = SimpleNamespace(**{"layer_types": None, "rope_parameters": None,
-                                        "attention_bias": False, "hidden_act": "silu",
-                                        "tie_word_embeddings": False, "bos_token_id": None,
-                                        "eos_token_id": None, "rms_norm_eps": 1e-6,
-                                        **config})  # fmt: skip
-        if getattr(config, "model_type", None) != "qwen3_5_text":
+            config = {"model_type": "qwen3_5_text", **config}
+        kind = config.get("model_type") if isinstance(config, dict) else None
+        kind = kind or getattr(config, "model_type", type(config).__name__)
+        if kind != "qwen3_5_text":
             raise ValueError(
-                f"config is a {getattr(config, 'model_type', type(config).__name__)!r} "
-                "configuration; expected transformers' Qwen3_5TextConfig ('qwen3_5_text')"
+                f"config is a {kind!r} configuration; expected transformers' Qwen3_5TextConfig "
+                "('qwen3_5_text')"
             )
-        rope = dict(config.rope_parameters or {})
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"rope_type = {rope['rope_type']!r}; expected 'default'")
-        if config.hidden_act != "silu" or config.attention_bias:
-            raise ValueError(
-                f"hidden_act = {config.hidden_act!r}, attention_bias = {config.attention_bias}; "
-                "expected 'silu' and no bias, as Qwen3.5 has"
-            )
-        d = config.head_dim
-        rope_dim = int(d * rope.get("partial_rotary_factor", 1.0))
-        eos = config.eos_token_id
-        return cls(
-            vocab_size=config.vocab_size,
-            hidden_size=config.hidden_size,
-            num_layers=config.num_hidden_layers,
-            num_heads=config.num_attention_heads,
-            num_kv_heads=config.num_key_value_heads,
-            head_dim=d,
-            intermediate_size=config.intermediate_size,
-            rope_base=float(rope["rope_theta"]),
-            rms_norm_eps=config.rms_norm_eps,
-            context_length=config.max_position_embeddings,
-            tie_embeddings=bool(config.tie_word_embeddings),
-            bos_token_id=config.bos_token_id,
-            eos_token_id=eos[0] if isinstance(eos, list | tuple) else eos,
-            qk_norm=True,
-            rope_dim=None if rope_dim == d else rope_dim,
-            attn_output_gate=True,
-            layer_types=tuple(config.layer_types),
-            linear_num_key_heads=config.linear_num_key_heads,
-            linear_num_value_heads=config.linear_num_value_heads,
-            linear_key_head_dim=config.linear_key_head_dim,
-            linear_value_head_dim=config.linear_value_head_dim,
-            linear_conv_kernel_dim=config.linear_conv_kernel_dim,
-        )
+        _, fields = config_fields_from_hf(config)
+        return cls(**fields)
 
 
 class HybridLM(DecoderLM):
@@ -164,74 +129,43 @@ class HybridLM(DecoderLM):
 
     def hf_state_dict(self) -> dict[str, Tensor]:
         """Our weights in transformers' names and layout (what `from_hf_state` reads): the
-        norms as w = weight − 1, q_proj's rows interleaved with gate_proj's, head by head."""
+        names and the zero-centred norms (w = weight − 1) by the architecture's table
+        (`mha_lib.models.qwen3_5`), q_proj's rows interleaved with gate_proj's, head by head."""
         c, ours = self.config, self.state_dict()
         if not (c.qk_norm and c.attn_output_gate):
             raise ValueError(
                 f"qk_norm = {c.qk_norm}, attn_output_gate = {c.attn_output_gate}: transformers' "
                 "Qwen3.5 layout has both"
             )
+        out = state_to_hf(c, ours, zero_centred=True)
         h, d, C = c.num_heads, c.head_dim, c.hidden_size
-        out = {"model.embed_tokens.weight": ours["embed.weight"], "model.norm.weight":
-               ours["norm.weight"] - 1}  # fmt: skip
-        if not c.tie_embeddings:
-            out["lm_head.weight"] = ours["lm_head.weight"]
-        for l, kind in enumerate(c.layer_types or ("full_attention",) * c.num_layers):
-            src, dst = f"layers.{l}.", f"model.layers.{l}."
-            out[dst + "input_layernorm.weight"] = ours[src + "norm1.weight"] - 1
-            out[dst + "post_attention_layernorm.weight"] = ours[src + "norm2.weight"] - 1
-            for name in ("gate_proj", "up_proj", "down_proj"):
-                out[f"{dst}mlp.{name}.weight"] = ours[f"{src}mlp.{name}.weight"]
-            mixer = src + "self_attn."
-            if kind == "linear_attention":
-                for key, value in ours.items():
-                    if key.startswith(mixer):
-                        out[dst + "linear_attn." + key[len(mixer) :]] = value
+        for l in range(c.num_layers):
+            if c.layer_type(l) == "linear_attention":
                 continue
+            mixer = f"layers.{l}.self_attn."
             q = ours[mixer + "q_proj.weight"].view(h, d, C)  # (h, d, C)
             gate = ours[mixer + "gate_proj.weight"].view(h, d, C)
-            out[dst + "self_attn.q_proj.weight"] = torch.cat([q, gate], 1).reshape(2 * h * d, C)
-            for theirs, mine in (
-                ("k_proj", "k_proj"),
-                ("v_proj", "v_proj"),
-                ("o_proj", "out_proj"),
-            ):
-                out[f"{dst}self_attn.{theirs}.weight"] = ours[f"{mixer}{mine}.weight"]
-            for name in ("q_norm", "k_norm"):
-                out[f"{dst}self_attn.{name}.weight"] = ours[f"{mixer}{name}.weight"] - 1
+            q_and_gate = torch.cat([q, gate], 1).reshape(2 * h * d, C)  # per head: d q, d gate
+            out[f"model.layers.{l}.self_attn.q_proj.weight"] = q_and_gate
         return out
 
 
 def _weights_from_hf(hf: dict[str, Tensor], config: HybridConfig) -> dict[str, Tensor]:
-    """transformers' state dict -> ours: names, the zero-centred norms as 1 + w, q_proj split."""
-    out = {"embed.weight": hf["model.embed_tokens.weight"]}
-    out["norm.weight"] = 1 + hf["model.norm.weight"]
-    if not config.tie_embeddings:
-        out["lm_head.weight"] = hf["lm_head.weight"]
+    """transformers' state dict -> ours: the names and the zero-centred norms as 1 + w by the
+    architecture's table (`mha_lib.models.qwen3_5`), q_proj split into q_proj and gate_proj."""
+    for l in range(config.num_layers):
+        key = f"model.layers.{l}.mlp.gate_proj.weight"
+        if key not in hf:
+            raise ValueError(f"{key} is missing: expected a dense MLP (Qwen3.5's MoE is not)")
+    out = state_from_hf(config, hf, zero_centred=True)
     h, d, C = config.num_heads, config.head_dim, config.hidden_size
-    for l, kind in enumerate(config.layer_types):
-        src, dst = f"model.layers.{l}.", f"layers.{l}."
-        out[dst + "norm1.weight"] = 1 + hf[src + "input_layernorm.weight"]
-        out[dst + "norm2.weight"] = 1 + hf[src + "post_attention_layernorm.weight"]
-        for name in ("gate_proj", "up_proj", "down_proj"):
-            key = f"{src}mlp.{name}.weight"
-            if key not in hf:
-                raise ValueError(f"{key} is missing: expected a dense MLP (Qwen3.5's MoE is not)")
-            out[f"{dst}mlp.{name}.weight"] = hf[key]
-        if kind == "linear_attention":
-            prefix = src + "linear_attn."
-            for key, value in hf.items():
-                if key.startswith(prefix):
-                    out[dst + "self_attn." + key[len(prefix) :]] = value  # the same names
+    for l in range(config.num_layers):
+        if config.layer_type(l) == "linear_attention":
             continue
-        attn = src + "self_attn."
-        q_and_gate = hf[attn + "q_proj.weight"].view(h, 2 * d, C)  # per head: d q rows, d gate
-        out[dst + "self_attn.q_proj.weight"] = q_and_gate[:, :d].reshape(h * d, C)
-        out[dst + "self_attn.gate_proj.weight"] = q_and_gate[:, d:].reshape(h * d, C)
-        for ours, theirs in (("k_proj", "k_proj"), ("v_proj", "v_proj"), ("out_proj", "o_proj")):
-            out[f"{dst}self_attn.{ours}.weight"] = hf[f"{attn}{theirs}.weight"]
-        for name in ("q_norm", "k_norm"):
-            out[f"{dst}self_attn.{name}.weight"] = 1 + hf[f"{attn}{name}.weight"]
+        dst = f"layers.{l}.self_attn."
+        q_and_gate = out[dst + "q_proj.weight"].view(h, 2 * d, C)  # per head: d q rows, d gate
+        out[dst + "q_proj.weight"] = q_and_gate[:, :d].reshape(h * d, C)
+        out[dst + "gate_proj.weight"] = q_and_gate[:, d:].reshape(h * d, C)
     return out
 
 
@@ -252,10 +186,24 @@ def state_numbers(config: HybridConfig) -> dict[str, int]:
 # a convolution of 4, max_position_embeddings 262144 (the model card's native context), and
 # mamba_ssm_dtype float32: the linear layers' states are kept in float32.
 QWEN3_5_27B = HybridConfig(
-    vocab_size=248_320, hidden_size=5120, num_layers=64, num_heads=24, num_kv_heads=4,
-    head_dim=256, intermediate_size=17_408, rope_base=10_000_000.0, rms_norm_eps=1e-6,
-    context_length=262_144, tie_embeddings=False, qk_norm=True, rope_dim=64,
-    attn_output_gate=True, layer_types=(("linear_attention",) * 3 + ("full_attention",)) * 16,
-    linear_num_key_heads=16, linear_num_value_heads=48, linear_key_head_dim=128,
-    linear_value_head_dim=128, linear_conv_kernel_dim=4,
-)  # fmt: skip
+    vocab_size=248_320,
+    hidden_size=5120,
+    num_layers=64,
+    num_heads=24,
+    num_kv_heads=4,
+    head_dim=256,
+    intermediate_size=17_408,
+    rope_base=10_000_000.0,
+    rms_norm_eps=1e-6,
+    context_length=262_144,
+    tie_embeddings=False,
+    qk_norm=True,
+    rope_dim=64,
+    attn_output_gate=True,
+    layer_types=(("linear_attention",) * 3 + ("full_attention",)) * 16,
+    linear_num_key_heads=16,
+    linear_num_value_heads=48,
+    linear_key_head_dim=128,
+    linear_value_head_dim=128,
+    linear_conv_kernel_dim=4,
+)

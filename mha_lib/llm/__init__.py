@@ -20,9 +20,9 @@ A module per idea:
   file is ("gemma3": joined once from its four part packages into a per-user cache);
 - `gguf_file`: `GGUFFile` (metadata, tensor table, `read(name, rows=, cols=)` dequantized to
   float32), the block formats' sizes (`bits_per_weight`, `stored_bytes`);
-- `loader`: `gguf_names` and `hf_names` (the parameter names in the file and in transformers),
-  `read_weight` (a tensor, or one shard of it), `load_decoder`, `load_smollm2() -> (model,
-  tokenizer)`;
+- `loader`: `read_weight` (a tensor, or one shard of it), `load_decoder`, `load_smollm2() ->
+  (model, tokenizer)`, through the architectures' files (`mha_lib.models`: the numbers and the
+  tensors' names);
 - `tokenizer`: `GGUFTokenizer` (`encode`, `decode`, `render_chat`, `encode_chat`);
 - `triton_attention`: notebook 09's Triton kernel as an attention function, which the
   decoder finds under the name "triton" (`mha_lib.nn.backends.PARTS_ATTENTIONS`);
@@ -31,9 +31,9 @@ A module per idea:
 - `sentencepiece`: `SentencePieceTokenizer`, Gemma's tokenizer rebuilt from the file's scores
   (notebook 15);
 - `quantized`: `QuantizedEmbedding`, a Q8_0 tied embedding kept quantized (notebook 15);
-- `architectures`: the architectures `load_gguf` reads (llama, qwen2, qwen3, gemma3), each
-  into the one decoder by its options, what their files store and the defaults they do not
-  (notebook 15); `loader.load_gguf(path)` and `load_gemma3()` -> (model, tokenizer).
+- `architectures`: `differences(config)`, how a configuration differs from notebook 12's Llama
+  (notebook 15; what each architecture is lives in `mha_lib.models`);
+  `loader.load_gguf(path)` and `load_gemma3()` -> (model, tokenizer).
 Notebook 15 measures Gemma 3's sliding and global layers with notebook 13's `sinks` and
 `streaming`, unchanged, and adds:
 - `bos_streaming`: rolling windows with and without `<bos>` on Gemma, over six texts of six

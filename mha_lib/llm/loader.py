@@ -3,18 +3,18 @@ learner's own files, loaded.
 
 Derived in notebook 12 (and 15, for other architectures). The model is the building blocks'
 `mha_lib.nn.decoder.DecoderLM`; what is the file's is here:
-- `gguf_names(config)`: {llama.cpp's tensor name: our parameter name}, and `hf_names(config)`
-  beside it, {our parameter name: transformers' name}, the one spelling of each mapping (the
-  config's options, such as QK-norm, biases or Gemma's four norms, add their tensors);
+- the names of each weight in the file are the architecture's (`mha_lib.models`: its file
+  holds them, `gguf_names(config)` maps them to ours);
 - `read_weight(f, name, rows, cols, head_dim=, out=)`: a tensor (or one shard of it: a range of
   rows and of block-aligned columns) dequantized a few MB at a time, with the rows of W_Q and
   W_K put back into transformers' half-split RoPE layout; `load_decoder` reads every parameter
   with it, and notebook 14's `distributed.weights.GGUFWeights` each rank's shard;
 - `load_decoder(path)`, `load_smollm2()` -> (model, tokenizer): notebook 12's Llama;
-- `load_gguf(path)` -> (model, tokenizer): a file of any architecture `architectures` reads
-  (llama, qwen2, qwen3, gemma3), any other refused by name before a weight is read; its
-  tokenizer byte-level BPE (`GGUFTokenizer`) or SentencePiece (`SentencePieceTokenizer`), as
-  the file says; a tied embedding stored in Q8_0 kept so (`QuantizedEmbedding`);
+- `load_gguf(path)` -> (model, tokenizer): a file of any architecture `mha_lib.models` reads
+  from a file (llama, qwen2, qwen3, gemma3), any other refused by name before a weight is
+  read; its tokenizer byte-level BPE (`GGUFTokenizer`) or SentencePiece
+  (`SentencePieceTokenizer`), as the file says; a tied embedding stored in Q8_0 kept so
+  (`QuantizedEmbedding`);
   `load_gemma3()`: Gemma 3 270M, from its packages. Every check (the architecture, the
   tensors' names, shapes and formats, the tokenizer) runs before the first weight is read: a
   bad file raises, naming what is wrong, and no model is half loaded.
@@ -35,18 +35,17 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import sha256
+from ..models import architecture, config_from_gguf, gguf_names
+from ..models.llama import ROPE_PERMUTED
 from ..nn.backends import AttentionFn
 from ..nn.decoder import DecoderConfig, DecoderLM
 from ..positions import rope_permutation
 from ..runtime import release_freed_memory
-from .architectures import ARCHITECTURES, config_from_gguf
 from .gguf_file import INSTALL_HINT, MODEL_SHA256, GGUFFile, bits_per_weight, find_model_file
 from .quantized import QuantizedEmbedding
 
 __all__ = [
     "CHUNK_WEIGHTS",
-    "gguf_names",
-    "hf_names",
     "load_decoder",
     "load_gemma3",
     "load_gguf",
@@ -56,68 +55,6 @@ __all__ = [
 ]
 
 CHUNK_WEIGHTS = 1 << 22  # weights dequantized at a time while loading (16 MiB of float32)
-
-# one layer's tensors: (llama.cpp's name, ours, transformers' Llama name)
-_LAYER = [
-    ("attn_norm", "norm1", "input_layernorm"),
-    ("attn_q", "self_attn.q_proj", "self_attn.q_proj"),
-    ("attn_k", "self_attn.k_proj", "self_attn.k_proj"),
-    ("attn_v", "self_attn.v_proj", "self_attn.v_proj"),
-    ("attn_output", "self_attn.out_proj", "self_attn.o_proj"),
-    ("ffn_norm", "norm2", "post_attention_layernorm"),
-    ("ffn_gate", "mlp.gate_proj", "mlp.gate_proj"),
-    ("ffn_up", "mlp.up_proj", "mlp.up_proj"),
-    ("ffn_down", "mlp.down_proj", "mlp.down_proj"),
-]
-
-
-# the options' tensors: (llama.cpp's name, ours, transformers' name), each with its condition
-_QK_NORM = [("attn_q_norm", "self_attn.q_norm", "self_attn.q_norm"),
-            ("attn_k_norm", "self_attn.k_norm", "self_attn.k_norm")]  # fmt: skip
-_SANDWICH = [  # Gemma's four norms: transformers' post_attention_layernorm is a post-norm there
-    ("post_attention_norm", "post_norm1", "post_attention_layernorm"),
-    ("post_ffw_norm", "post_norm2", "post_feedforward_layernorm"),
-]
-_BIASES = [("attn_q", "self_attn.q_proj", "self_attn.q_proj"),
-           ("attn_k", "self_attn.k_proj", "self_attn.k_proj"),
-           ("attn_v", "self_attn.v_proj", "self_attn.v_proj")]  # fmt: skip
-
-
-def _layer_names(config: DecoderConfig) -> list[tuple[str, str, str]]:
-    """One layer's (llama.cpp's, ours, transformers') names, with the config's options."""
-    names = [(f"{a}.weight", f"{b}.weight", f"{c}.weight") for a, b, c in _LAYER]
-    if config.sandwich_norms:  # the MLP's pre-norm is pre_feedforward_layernorm there
-        names = [(a, b, "pre_feedforward_layernorm.weight" if b == "norm2.weight" else c)
-                 for a, b, c in names]  # fmt: skip
-        names += [(f"{a}.weight", f"{b}.weight", f"{c}.weight") for a, b, c in _SANDWICH]
-    if config.qk_norm:
-        names += [(f"{a}.weight", f"{b}.weight", f"{c}.weight") for a, b, c in _QK_NORM]
-    if config.attention_bias:
-        names += [(f"{a}.bias", f"{b}.bias", f"{c}.bias") for a, b, c in _BIASES]
-    return names
-
-
-def gguf_names(config: DecoderConfig) -> dict[str, str]:
-    """{GGUF tensor name: our parameter name}, llama.cpp's names on the left."""
-    names = {"token_embd.weight": "embed.weight", "output_norm.weight": "norm.weight"}
-    if not config.tie_embeddings:
-        names["output.weight"] = "lm_head.weight"
-    for l in range(config.num_layers):
-        for theirs, ours, _ in _layer_names(config):
-            names[f"blk.{l}.{theirs}"] = f"layers.{l}.{ours}"
-    return names
-
-
-def hf_names(config: DecoderConfig) -> dict[str, str]:
-    """{our parameter name: transformers' name} (LlamaForCausalLM's, and Qwen2's, Qwen3's and
-    Gemma's with their options), ours on the left."""
-    names = {"embed.weight": "model.embed_tokens.weight", "norm.weight": "model.norm.weight"}
-    if not config.tie_embeddings:
-        names["lm_head.weight"] = "lm_head.weight"
-    for l in range(config.num_layers):
-        for _, ours, theirs in _layer_names(config):
-            names[f"layers.{l}.{ours}"] = f"model.layers.{l}.{theirs}"
-    return names
 
 
 def read_weight(
@@ -147,7 +84,7 @@ def read_weight(
         if out is None:
             out = torch.empty(stop - start, chunk.shape[1])  # (rows, cols) asked for
         out[r0 - start : r0 - start + chunk.shape[0]] = chunk
-    if head_dim is not None and name.endswith(("attn_q.weight", "attn_k.weight")):
+    if head_dim is not None and name.endswith(ROPE_PERMUTED):
         # each head's rows in RoPE's adjacent pairs (llama.cpp's layout) -> half-split pairs
         d = head_dim
         unpermute = torch.argsort(rope_permutation(d))  # GGUF row j -> perm[j]
@@ -189,8 +126,15 @@ def _checked_path(path, expected_sha256: str | None) -> Path:
     return path
 
 
-def _load(f: GGUFFile, attention, rope_interleaved: bool, *, config: DecoderConfig | None = None,
-          rows_permuted: bool = True, quantized_embedding: bool = False) -> DecoderLM:  # fmt: skip
+def _load(
+    f: GGUFFile,
+    attention,
+    rope_interleaved: bool,
+    *,
+    config: DecoderConfig | None = None,
+    rows_permuted: bool = True,
+    quantized_embedding: bool = False,
+) -> DecoderLM:
     """The model of an open file, every check first. rows_permuted: the file's W_Q and W_K rows
     are in adjacent RoPE pairs (llama.cpp's llama); quantized_embedding: keep a tied Q8_0
     embedding as its blocks."""
@@ -204,7 +148,7 @@ def _load(f: GGUFFile, attention, rope_interleaved: bool, *, config: DecoderConf
         config = config_from_gguf(f)
     names = gguf_names(config)
     missing = sorted(set(names) - set(f.tensors))
-    # Llama 3's RoPE factors are read into the config (`architectures`), not a weight
+    # Llama 3's RoPE factors are read into the config (`mha_lib.models`), not a weight
     read = {"rope_freqs.weight"} if config.rope_freq_factors is not None else set()
     extra = sorted(set(f.tensors) - set(names) - read)
     if missing or extra:
@@ -292,11 +236,12 @@ def load_gguf(
     quantized_embedding: bool = True,
     expected_sha256: str | None = None,
 ):
-    """(model, tokenizer) of a GGUF file of Llama, Qwen2, Qwen3 or Gemma 3 (`architectures`).
+    """(model, tokenizer) of a GGUF file of Llama, Qwen2, Qwen3 or Gemma 3 (`mha_lib.models`).
 
-    Every number comes from the file's metadata (and the defaults `ARCHITECTURES` names), every
-    weight is dequantized to float32, except a tied embedding in Q8_0, kept as its blocks unless
-    quantized_embedding=False (`QuantizedEmbedding`: a quarter of the memory, the same logits).
+    Every number comes from the file's metadata (and the defaults its architecture file names),
+    every weight is dequantized to float32, except a tied embedding in Q8_0, kept as its blocks
+    unless quantized_embedding=False (`QuantizedEmbedding`: a quarter of the memory, the same
+    logits).
     The architecture, the tensors' names, shapes and formats and the tokenizer are all checked
     before a weight is read. expected_sha256: the file's hash, checked first (None: not
     checked). rope_interleaved: as `load_decoder`'s.
@@ -310,19 +255,32 @@ def load_gguf(
         config = config_from_gguf(f)  # refuses an unknown architecture by name
         arch = f.value("general.architecture")
         tokenizer = tokenizer_from_gguf(f)
-        model = _load(f, attention, rope_interleaved, config=config,
-                      rows_permuted=ARCHITECTURES[arch].rope_rows_permuted,
-                      quantized_embedding=quantized_embedding)  # fmt: skip
+        model = _load(
+            f,
+            attention,
+            rope_interleaved,
+            config=config,
+            rows_permuted=architecture(arch).rope_rows_permuted,
+            quantized_embedding=quantized_embedding,
+        )
     release_freed_memory()  # the file's parsed metadata, freed: hand it back to the system
     return model, tokenizer
 
 
-def load_gemma3(*, attention: str | AttentionFn = "sdpa", rope_interleaved: bool = False,
-                quantized_embedding: bool = True):  # fmt: skip
+def load_gemma3(
+    *,
+    attention: str | AttentionFn = "sdpa",
+    rope_interleaved: bool = False,
+    quantized_embedding: bool = True,
+):
     """(model, tokenizer): Gemma 3 270M (the base model, Q4_K_M) from its four part packages,
     joined once into the cache directory and checked against its sha256 (`find_model_file`);
     its Q8_0 tied embedding kept as 178 MB of blocks (`QuantizedEmbedding`) unless
     quantized_embedding=False (671 MB in float32)."""
     path = find_model_file("gemma3")  # checks the sha256 (once per process)
-    return load_gguf(path, attention=attention, rope_interleaved=rope_interleaved,
-                     quantized_embedding=quantized_embedding)  # fmt: skip
+    return load_gguf(
+        path,
+        attention=attention,
+        rope_interleaved=rope_interleaved,
+        quantized_embedding=quantized_embedding,
+    )

@@ -8,8 +8,8 @@ Derived in notebook 12. The architecture (Llama's, which SmolLM2 uses), for toke
         x = x + SwiGLU(RMSNorm(x))
     logits = RMSNorm(x) @ embedᵀ                          (B, N, V), the embedding tied
 
-- `DecoderConfig`: the architecture's numbers (`DecoderConfig.from_gguf` reads them from a GGUF
-  file's metadata, as `mha_lib.llm.GGUFFile` opens it);
+- `DecoderConfig`: the architecture's numbers (`mha_lib.models.config_from_gguf` reads them
+  from a GGUF file's metadata, as `mha_lib.llm.GGUFFile` opens it);
 - `RMSNorm`: x / sqrt(mean(x²) + eps) · weight, no mean subtracted, no bias (new here);
 - `SwiGLU`: down(silu(gate(x)) ∘ up(x)), C -> F -> C (new here);
 - `DecoderAttention`: notebook 08's `GroupedQueryAttention` (h query heads, h_kv key/value
@@ -210,49 +210,6 @@ class DecoderConfig:
             context_length=0,
         )
         return cls(**{**sizes, **fields})
-
-    @classmethod
-    def from_gguf(cls, f) -> DecoderConfig:
-        """Read every number from the file's metadata (`{arch}.block_count`, ...)."""
-        arch = f.value("general.architecture")
-        if arch != "llama":
-            raise ValueError(
-                f"{f.path.name} holds a {arch!r} model; expected 'llama' (Llama, SmolLM2)"
-            )
-        C = int(f.value("llama.embedding_length"))
-        h = int(f.value("llama.attention.head_count"))
-        d = C // h
-        rope_dim = int(f.value("llama.rope.dimension_count"))
-        if rope_dim != d:
-            raise ValueError(
-                f"llama.rope.dimension_count = {rope_dim}; expected the head dimension {d} "
-                "(partial rotary embeddings are not supported here)"
-            )
-        keys = f.keys()
-        vocab = (
-            int(f.value("llama.vocab_size"))
-            if "llama.vocab_size" in keys
-            else len(f.value("tokenizer.ggml.tokens"))
-        )
-        return cls(
-            vocab_size=vocab,
-            hidden_size=C,
-            num_layers=int(f.value("llama.block_count")),
-            num_heads=h,
-            num_kv_heads=int(f.value("llama.attention.head_count_kv")),
-            head_dim=d,
-            intermediate_size=int(f.value("llama.feed_forward_length")),
-            rope_base=float(f.value("llama.rope.freq_base")),
-            rms_norm_eps=float(f.value("llama.attention.layer_norm_rms_epsilon")),
-            context_length=int(f.value("llama.context_length")),
-            tie_embeddings="output.weight" not in f.tensors,
-            bos_token_id=_optional_int(f, "tokenizer.ggml.bos_token_id", keys),
-            eos_token_id=_optional_int(f, "tokenizer.ggml.eos_token_id", keys),
-        )
-
-
-def _optional_int(f, key: str, keys: list[str]) -> int | None:
-    return int(f.value(key)) if key in keys else None
 
 
 # ---------------------------------------------------------------------------- the parts
@@ -469,10 +426,16 @@ class DecoderBlock(nn.Module):
         self.post_norm1 = RMSNorm(C, eps) if config.sandwich_norms else None
         self.post_norm2 = RMSNorm(C, eps) if config.sandwich_norms else None
 
-    def forward(self, x: Tensor, positions: Tensor, cache=None, attention=None,
-                head_mask=None) -> Tensor:  # fmt: skip
-        a = self.self_attn(self.norm1(x), positions=positions, cache=cache,
-                           attention=attention, head_mask=head_mask)  # fmt: skip
+    def forward(
+        self, x: Tensor, positions: Tensor, cache=None, attention=None, head_mask=None
+    ) -> Tensor:
+        a = self.self_attn(
+            self.norm1(x),
+            positions=positions,
+            cache=cache,
+            attention=attention,
+            head_mask=head_mask,
+        )
         x = x + (a if self.post_norm1 is None else self.post_norm1(a))
         m = self.mlp(self.norm2(x))  # (B, n, C)
         return x + (m if self.post_norm2 is None else self.post_norm2(m))  # (B, n, C)
@@ -584,15 +547,18 @@ class DecoderLM(nn.Module):
             [layer.self_attn.new_cache(batch_size, max_len) for layer in self.layers]
         )
 
-    def new_sink_cache(self, batch_size: int, window: int, num_sinks: int = 4,
-                       rope_positions: str = "cache") -> DecoderCache:  # fmt: skip
+    def new_sink_cache(
+        self, batch_size: int, window: int, num_sinks: int = 4, rope_positions: str = "cache"
+    ) -> DecoderCache:
         """A rolling SinkKVCache per layer: the first num_sinks tokens and the last window, the
         keys rotated at their places in the cache (StreamingLLM) or, with
         rope_positions="original", at their positions in the text."""
-        return DecoderCache([
-            layer.self_attn.new_sink_cache(batch_size, window, num_sinks, rope_positions)
-            for layer in self.layers
-        ])  # fmt: skip
+        return DecoderCache(
+            [
+                layer.self_attn.new_sink_cache(batch_size, window, num_sinks, rope_positions)
+                for layer in self.layers
+            ]
+        )
 
     def hidden_states(
         self,
@@ -640,8 +606,9 @@ class DecoderLM(nn.Module):
         last_only: bool = False,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
         recorder = RecordWeights() if need_weights else None  # written out, the weights kept
-        x = self.hidden_states(input_ids, cache, attention=recorder or attention,
-                               head_mask=head_mask)  # fmt: skip
+        x = self.hidden_states(
+            input_ids, cache, attention=recorder or attention, head_mask=head_mask
+        )
         if last_only:
             x = x[:, -1:]  # (B, 1, C)
         logits = self.logits(x)  # (B, n, V)

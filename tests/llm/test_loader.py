@@ -13,7 +13,8 @@ import torch
 
 from mha_lib.efficient.cache_cost import cache_bytes, cache_config, cache_numbers_per_token
 from mha_lib.llm.gguf_file import GGUFFile, find_model_file
-from mha_lib.llm.loader import gguf_names, hf_names, load_decoder, read_weight
+from mha_lib.llm.loader import load_decoder, read_weight
+from mha_lib.models import gguf_names, hf_names
 from mha_lib.nn.generation import Trace, generate
 from mha_lib.testing import assert_close
 
@@ -49,8 +50,9 @@ def test_both_rope_layouts_load_to_the_same_logits(tiny_gguf):
     path, _ = tiny_gguf
     half, inter = load_decoder(path), load_decoder(path, rope_interleaved=True)
     with GGUFFile(path) as f:
-        assert_close(inter.layers[0].self_attn.k_proj.weight, f.read("blk.0.attn_k.weight"),
-                     rtol=0, atol=0)  # the file's rows, kept  # fmt: skip
+        assert_close(
+            inter.layers[0].self_attn.k_proj.weight, f.read("blk.0.attn_k.weight"), rtol=0, atol=0
+        )  # the file's rows, kept
     ids = ids_of((1, 11), 100, seed=11)
     with torch.no_grad():
         assert_close(inter(ids), half(ids), rtol=0, atol=1e-5)
@@ -86,8 +88,9 @@ def test_a_shard_read_is_the_slice_of_the_whole(tiny_gguf):
         out = torch.empty(96, 64)
         assert read_weight(f, "blk.0.ffn_up.weight", out=out) is out
         assert_close(out, f.read("blk.0.ffn_up.weight"), rtol=0, atol=0)
-        assert_close(read_weight(f, "blk.1.attn_q.weight"), f.read("blk.1.attn_q.weight"),
-                     rtol=0, atol=0)  # head_dim=None: the file's rows  # fmt: skip
+        assert_close(
+            read_weight(f, "blk.1.attn_q.weight"), f.read("blk.1.attn_q.weight"), rtol=0, atol=0
+        )  # head_dim=None: the file's rows
     ours = load_decoder(path)
     assert_close(whole, ours.layers[1].self_attn.q_proj.weight, rtol=0, atol=0)
 
@@ -99,8 +102,12 @@ def test_the_real_weights_equal_transformers_exactly(smollm2, reference_model):
     model, _ = smollm2
     sd = reference_model.state_dict()
     for l in (0, 17, 29):
-        pairs = [("self_attn.q_proj",) * 2, ("self_attn.k_proj",) * 2,
-                 ("mlp.down_proj",) * 2, ("norm1", "input_layernorm")]  # fmt: skip
+        pairs = [
+            ("self_attn.q_proj",) * 2,
+            ("self_attn.k_proj",) * 2,
+            ("mlp.down_proj",) * 2,
+            ("norm1", "input_layernorm"),
+        ]
         for ours, theirs in pairs:
             a = dict(model.named_parameters())[f"layers.{l}.{ours}.weight"]
             assert_close(a, sd[f"model.layers.{l}.{theirs}.weight"], rtol=0, atol=0)
@@ -110,8 +117,12 @@ def test_the_real_weights_equal_transformers_exactly(smollm2, reference_model):
 def test_config_is_read_from_the_metadata(smollm2, reference_model):
     cfg, ref = smollm2[0].config, reference_model.config
     assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim) == (
-        ref.num_hidden_layers, ref.hidden_size, ref.num_attention_heads,
-        ref.num_key_value_heads, ref.head_dim)  # fmt: skip
+        ref.num_hidden_layers,
+        ref.hidden_size,
+        ref.num_attention_heads,
+        ref.num_key_value_heads,
+        ref.head_dim,
+    )
     assert cfg.intermediate_size == ref.intermediate_size and cfg.vocab_size == ref.vocab_size
     assert cfg.rope_base == ref.rope_parameters["rope_theta"] == 100000.0
     assert cfg.rms_norm_eps == ref.rms_norm_eps and cfg.context_length == 8192
@@ -135,8 +146,9 @@ def test_the_real_model_decodes_with_the_cache_as_without(smollm2):
     with torch.no_grad():
         full = model(ids)
         cache = model.new_cache(1, n)
-        parts = [model(ids[:, : n - 4], cache)] + [model(ids[:, t : t + 1], cache) for t in
-                                                   range(n - 4, n)]  # fmt: skip
+        parts = [model(ids[:, : n - 4], cache)] + [
+            model(ids[:, t : t + 1], cache) for t in range(n - 4, n)
+        ]
     assert_close(torch.cat(parts, 1), full, rtol=0, atol=LOGIT_ATOL)
 
 
@@ -177,7 +189,7 @@ def test_greedy_equals_transformers_token_for_token(smollm2, reference_model, pr
 
 def test_the_default_encoding_and_notebook_15s_own_file_cell_generate_as_transformers(
     smollm2, reference_model, reference_tokenizer
-):  # fmt: skip
+):
     """SmolLM2's file asks for no BOS (`tokenizer.ggml.add_bos_token = false`): `encode` adds
     none by default, as transformers' tokenizer; notebook 15's "your own file" cell, run on this
     file, prints transformers' greedy completion of the default encoding."""
@@ -252,12 +264,19 @@ def hf_of(kind: str):
     from tests.gguf_files import vocab_size
     from tests.hf_models import random_hf
 
-    return random_hf(kind, vocab_size=vocab_size(KINDS[kind]), hidden_size=64,
-                     dtype=torch.float32, qwen3_head_dim=128, gemma3_head_dim=256)  # fmt: skip
+    return random_hf(
+        kind,
+        vocab_size=vocab_size(KINDS[kind]),
+        hidden_size=64,
+        dtype=torch.float32,
+        qwen3_head_dim=128,
+        gemma3_head_dim=256,
+    )
 
 
-@pytest.fixture(scope="module", params=[(k, q) for k in KINDS for q in FORMATS],
-                ids=lambda p: f"{p[0]}-{p[1]}")  # fmt: skip
+@pytest.fixture(
+    scope="module", params=[(k, q) for k in KINDS for q in FORMATS], ids=lambda p: f"{p[0]}-{p[1]}"
+)
 def written(request, tmp_path_factory):
     """(kind, qtype, ours, tokenizer, transformers' model read from the same file, path)."""
     from mha_lib.llm.loader import load_gguf
@@ -282,8 +301,14 @@ def test_load_gguf_equals_transformers_reading_the_same_file(written):
     prompt = ids[:1, :9]
     trace = Trace()
     out = generate(ours, prompt, 12, stop_ids=(), trace=trace)
-    expected = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12,
-                            min_new_tokens=12, do_sample=False, pad_token_id=0)  # fmt: skip
+    expected = ref.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=12,
+        min_new_tokens=12,
+        do_sample=False,
+        pad_token_id=0,
+    )
     assert out.tolist() == expected.tolist()
     assert min(trace.logit_margins) > 1e-3  # no near-tie: the equality is not luck
 
@@ -372,17 +397,28 @@ def test_bad_files_are_refused_before_a_weight_is_read(tmp_path, monkeypatch):
     foreign = tmp_path / "foreign.gguf"
     foreign.write_bytes(b"PK\x03\x04" + bytes(4000))
     cases = {
-        "phi3": ("holds a 'phi3' model; load_gguf reads 'llama' .*'qwen2'.*'qwen3'.*'gemma3'",
-                 dict(arch="phi3")),
+        "phi3": (
+            r"holds a 'phi3' model \(no file here describes it\); load_gguf reads "
+            r"'gemma3'.*'llama'.*'qwen2'.*'qwen3'",
+            dict(arch="phi3"),
+        ),
         "gap": (r"missing \['blk.1.ffn_up.weight'\]", dict(skip=("blk.1.ffn_up.weight",))),
-        "shape": (r"blk.0.ffn_up.weight has shape \(96, 32\); expected \(96, 64\)",
-                  dict(skip=("blk.0.ffn_up.weight",),
-                       extra={"blk.0.ffn_up.weight": (np.zeros((96, 32), np.float32), "F32")})),
-        "format": ("'IQ4_NL' is not supported",
-                   dict(skip=("blk.0.ffn_up.weight",),
-                        extra={"blk.0.ffn_up.weight": (np.zeros((96, 36), np.uint8), "RAW")})),
+        "shape": (
+            r"blk.0.ffn_up.weight has shape \(96, 32\); expected \(96, 64\)",
+            dict(
+                skip=("blk.0.ffn_up.weight",),
+                extra={"blk.0.ffn_up.weight": (np.zeros((96, 32), np.float32), "F32")},
+            ),
+        ),
+        "format": (
+            "'IQ4_NL' is not supported",
+            dict(
+                skip=("blk.0.ffn_up.weight",),
+                extra={"blk.0.ffn_up.weight": (np.zeros((96, 36), np.uint8), "RAW")},
+            ),
+        ),
         "no vocabulary": ("stores no vocabulary", dict(vocab=False)),
-    }  # fmt: skip
+    }
     for name, (message, kwargs) in cases.items():
         path = tmp_path / f"{name}.gguf"
         write_gguf(path, hf, qtype="Q8_0", **kwargs)
@@ -399,22 +435,47 @@ def test_bad_files_are_refused_before_a_weight_is_read(tmp_path, monkeypatch):
     assert reads == []
 
 
-ROPE_SCALINGS = {  # name: (kind, transformers' rope_parameters)
-    "llama3": ("llama", {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0,
-                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-                         "original_max_position_embeddings": 32}),
-    "gemma3-linear": ("gemma3", {
-        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
-}  # fmt: skip
+# name: (kind, transformers' rope_parameters)
+LLAMA3 = {
+    "rope_type": "llama3",
+    "rope_theta": 500.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}
+GEMMA3_LINEAR = {
+    "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+}
+QWEN2_YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 3000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 4096,
+}
+QWEN3_YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 5000.0,
+    "factor": 8.0,
+    "original_max_position_embeddings": 2048,
+}
+ROPE_SCALINGS = {
+    "llama3": ("llama", LLAMA3),
+    "gemma3-linear": ("gemma3", GEMMA3_LINEAR),
+    "qwen2-yarn": ("qwen2", QWEN2_YARN),
+    "qwen3-yarn": ("qwen3", QWEN3_YARN),
+}
 
 
 @pytest.mark.parametrize("name", list(ROPE_SCALINGS))
 def test_a_file_with_a_rope_scaling_loads_equal_to_transformers(name, tmp_path):
-    """Llama 3.1's and 3.2's scaling (llama.cpp writes it as rope_freqs.weight) and Gemma 3 4B
-    to 27B's linear one on the global layers: the loaded model equals transformers built with
-    the same configuration (logits, 12 greedy tokens), its factors equal transformers' own
-    frequencies' ratio, and without them the logits are far off (the factors matter here)."""
+    """Llama 3.1's and 3.2's scaling (llama.cpp writes it as rope_freqs.weight), Gemma 3 4B to
+    27B's linear one on the global layers, and YaRN as Qwen2.5's and Qwen3's files may hold it
+    (rope.scaling.type "yarn", its factor and original context): the loaded model equals
+    transformers built with the same configuration (logits, 12 greedy tokens), its factors equal
+    transformers' own frequencies' ratio, and without them the logits are far off (the factors
+    matter here)."""
     from dataclasses import replace
 
     from mha_lib.llm.loader import load_gguf
@@ -423,25 +484,37 @@ def test_a_file_with_a_rope_scaling_loads_equal_to_transformers(name, tmp_path):
     from tests.hf_models import config_from_hf, random_hf
 
     kind, rope = ROPE_SCALINGS[name]
-    hf = random_hf(kind, vocab_size=vocab_size(KINDS[kind]), hidden_size=64,
-                   dtype=torch.float32, rope_parameters=rope)  # fmt: skip
+    hf = random_hf(
+        kind,
+        vocab_size=vocab_size(KINDS[kind]),
+        hidden_size=64,
+        dtype=torch.float32,
+        rope_parameters=rope,
+    )
     path = tmp_path / f"{name}.gguf"
     write_gguf(path, hf, qtype="F32", embed_qtype="F32")
     ours, _ = load_gguf(path)
     factors = torch.tensor(ours.config.rope_freq_factors)
     expected = torch.tensor(config_from_hf(hf.config).rope_freq_factors)
     assert_close(factors, expected, rtol=1e-6, atol=0)
-    assert len(set(factors.tolist())) == (4 if kind == "llama" else 1)  # 1, two blended, 8
+    distinct = len(set(factors.tolist()))  # llama3: 1, two blended, 8; linear: 8; yarn: a ramp
+    assert distinct == 4 if kind == "llama" else distinct == 1 if kind == "gemma3" else distinct > 2
     ids = ids_of((2, 21), ours.config.vocab_size, seed=32)
-    plain = DecoderLM(replace(ours.config, rope_freq_factors=None)).eval()
+    plain = DecoderLM(replace(ours.config, rope_freq_factors=None, query_scale=None)).eval()
     plain.load_state_dict(ours.state_dict())
     with torch.no_grad():
         assert_close(ours(ids), hf(ids).logits, rtol=0, atol=1e-4, msg=name)
         assert (plain(ids) - hf(ids).logits).abs().max() > 1e-2
     prompt = ids[:1, :9]
     out = generate(ours, prompt, 12, stop_ids=())
-    expected = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12,
-                           min_new_tokens=12, do_sample=False, pad_token_id=0)  # fmt: skip
+    expected = hf.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=12,
+        min_new_tokens=12,
+        do_sample=False,
+        pad_token_id=0,
+    )
     assert out.tolist() == expected.tolist()
 
 
@@ -453,9 +526,16 @@ def test_gemma3_27b_scales_its_scores_as_llama_cpp_does(tmp_path):
     from tests.gguf_files import vocab_size, write_gguf
     from tests.hf_models import random_hf
 
-    hf = random_hf("gemma3", vocab_size=vocab_size("gemma3_text"), hidden_size=64,
-                   dtype=torch.float32, gemma3_head_dim=32, num_layers=62,
-                   query_pre_attn_scalar=16, weight_std=0.05)  # fmt: skip
+    hf = random_hf(
+        "gemma3",
+        vocab_size=vocab_size("gemma3_text"),
+        hidden_size=64,
+        dtype=torch.float32,
+        gemma3_head_dim=32,
+        num_layers=62,
+        query_pre_attn_scalar=16,
+        weight_std=0.05,
+    )
     path = tmp_path / "gemma3-62.gguf"
     write_gguf(path, hf, qtype="F32", embed_qtype="F32")
     ours, _ = load_gguf(path)
@@ -466,8 +546,9 @@ def test_gemma3_27b_scales_its_scores_as_llama_cpp_does(tmp_path):
 
 
 def test_a_rope_scaling_not_read_here_is_refused_by_name(tmp_path, monkeypatch):
-    """A YaRN-stretched Qwen2.5 or Qwen3 file (rope.scaling.type "yarn") is refused naming the
-    key, before a weight is read; so are Llama 3 factors of the wrong length."""
+    """A file stretched another way (rope.scaling.type "longrope"), or a YaRN that llama.cpp
+    adjusts beyond transformers' (yarn_ext_factor), is refused naming the key, before a weight
+    is read; so are Llama 3 factors of the wrong length."""
     import gguf
     import numpy as np
 
@@ -478,20 +559,33 @@ def test_a_rope_scaling_not_read_here_is_refused_by_name(tmp_path, monkeypatch):
     monkeypatch.setattr(loader, "read_weight", lambda *a, **k: reads.append(a[1]))
     add_base = gguf.GGUFWriter.add_rope_freq_base
 
-    def with_yarn(self, value):  # the converter writes these beside the base
-        add_base(self, value)
-        self.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-        self.add_rope_scaling_factor(4.0)
+    def stretched(kind, **keys):
+        def add(self, value):  # the converter writes these beside the base
+            add_base(self, value)
+            self.add_rope_scaling_type(kind)
+            self.add_rope_scaling_factor(4.0)
+            self.add_rope_scaling_orig_ctx_len(16)
+            for key, v in keys.items():
+                getattr(self, f"add_rope_scaling_{key}")(v)
 
-    monkeypatch.setattr(gguf.GGUFWriter, "add_rope_freq_base", with_yarn)
-    path = tmp_path / "qwen2-yarn.gguf"
-    write_gguf(path, hf_of("qwen2"), qtype="Q8_0")
-    with pytest.raises(ValueError, match=r"qwen2.rope.scaling.type = 'yarn'"):
-        loader.load_gguf(path)
+        return add
+
+    for kind, keys, message in (
+        (gguf.RopeScalingType.LONGROPE, {}, r"qwen2.rope.scaling.type = 'longrope'"),
+        (
+            gguf.RopeScalingType.YARN,
+            {"yarn_ext_factor": 0.5},
+            r"qwen2.rope.scaling.yarn_ext_factor is set",
+        ),
+    ):
+        monkeypatch.setattr(gguf.GGUFWriter, "add_rope_freq_base", stretched(kind, **keys))
+        path = tmp_path / "qwen2-stretched.gguf"
+        write_gguf(path, hf_of("qwen2"), qtype="Q8_0")
+        with pytest.raises(ValueError, match=message):
+            loader.load_gguf(path)
     monkeypatch.setattr(gguf.GGUFWriter, "add_rope_freq_base", add_base)
     path = tmp_path / "llama-bad-factors.gguf"
-    write_gguf(path, hf_of("llama"), qtype="Q8_0",
-               extra={"rope_freqs.weight": (np.ones(5), "F32")})  # fmt: skip
+    write_gguf(path, hf_of("llama"), qtype="Q8_0", extra={"rope_freqs.weight": (np.ones(5), "F32")})
     with pytest.raises(ValueError, match=r"rope_freqs.weight has 5 factors; expected .* = 8"):
         loader.load_gguf(path)
     assert reads == []

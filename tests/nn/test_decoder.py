@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mha_lib.llm.loader import hf_names
+from mha_lib.models import hf_names
 from mha_lib.nn.backends import RecordWeights
 from mha_lib.nn.decoder import (
     DecoderAttention,
