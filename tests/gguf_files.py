@@ -19,9 +19,16 @@ from __future__ import annotations
 import json
 from functools import cache
 
-ARCH = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3_text": "gemma3"}
+ARCH = {
+    "llama": "llama",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma2": "gemma2",
+    "gemma3_text": "gemma3",
+}
 PRE = {"llama": "llama-bpe", "qwen2": "qwen2", "qwen3": "qwen2"}  # tokenizer.ggml.pre
 SPACE = "\u2581"
+SENTENCEPIECE = ("gemma2", "gemma3_text")  # the kinds whose files hold a SentencePiece vocabulary
 
 
 def _corpus() -> list[str]:
@@ -87,7 +94,7 @@ def spm_vocab(size: int = 300) -> dict:
 
 def add_vocab(w, kind: str) -> None:
     """Write a tokenizer for an architecture: BPE (llama, qwen2, qwen3) or SentencePiece."""
-    if kind == "gemma3_text":
+    if kind in SENTENCEPIECE:
         v = spm_vocab()
         w.add_tokenizer_model("llama")
         w.add_tokenizer_pre("default")
@@ -134,7 +141,7 @@ def llama3_rope_factors(rope: dict, d: int) -> list[float]:
 
 
 def vocab_size(kind: str) -> int:
-    return len((spm_vocab() if kind == "gemma3_text" else bpe_vocab())["tokens"])
+    return len((spm_vocab() if kind in SENTENCEPIECE else bpe_vocab())["tokens"])
 
 
 def write_gguf(
@@ -173,11 +180,14 @@ def write_gguf(
     if kind == "llama":
         w.add_rope_dimension_count(ours.head_dim)
         w.add_vocab_size(c.vocab_size)
-    if kind in ("qwen3", "gemma3_text"):
+    if kind in ("qwen3", "gemma2", "gemma3_text"):
         w.add_key_length(ours.head_dim)
         w.add_value_length(ours.head_dim)
-    if kind == "gemma3_text":
+    if kind in ("gemma2", "gemma3_text"):
         w.add_sliding_window(c.sliding_window)
+    if kind == "gemma2":  # its soft caps, always in the file
+        w.add_attn_logit_softcapping(c.attn_logit_softcapping)
+        w.add_final_logit_softcapping(c.final_logit_softcapping)
     scaling = rope["full_attention"] if "full_attention" in rope else rope
     if scaling.get("rope_type") == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)

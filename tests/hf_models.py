@@ -75,8 +75,8 @@ def random_hf(
     query_pre_attn_scalar = d, as every Gemma 3 but the 27B), tied embedding, context 64; norm
     weights drawn around their neutral value, biases in [-0.5, 0.5], other weights
     N(0, weight_std²). rope_parameters: transformers' RoPE configuration instead of the kind's
-    (a scaling: Llama 3's, a linear one, YaRN). num_layers, query_pre_attn_scalar: Gemma 3's,
-    instead of 7 and d."""
+    (a scaling: Llama 3's, a linear one, YaRN). num_layers, query_pre_attn_scalar: Gemma 2's and
+    Gemma 3's, instead of 4 and 20 (Gemma 2), 7 and d (Gemma 3)."""
     import transformers as tf
 
     if kind not in KINDS:
@@ -109,11 +109,11 @@ def random_hf(
     elif kind == "gemma2":
         cfg = tf.Gemma2Config(
             **common,
-            num_hidden_layers=4,
+            num_hidden_layers=num_layers or 4,
             num_key_value_heads=2,
             head_dim=16,
             sliding_window=5,
-            query_pre_attn_scalar=20,
+            query_pre_attn_scalar=query_pre_attn_scalar or 20,
             attn_logit_softcapping=3.0,
             final_logit_softcapping=5.0,
         )

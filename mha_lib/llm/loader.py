@@ -11,7 +11,7 @@ Derived in notebook 12 (and 15, for other architectures). The model is the build
   with it, and notebook 14's `distributed.weights.GGUFWeights` each rank's shard;
 - `load_decoder(path)`, `load_smollm2()` -> (model, tokenizer): notebook 12's Llama;
 - `load_gguf(path)` -> (model, tokenizer): a file of any architecture `mha_lib.models` reads
-  from a file (llama, qwen2, qwen3, gemma3), any other refused by name before a weight is
+  from a file (llama, qwen2, qwen3, gemma2, gemma3), any other refused by name before a weight is
   read; its tokenizer byte-level BPE (`GGUFTokenizer`) or SentencePiece
   (`SentencePieceTokenizer`), as the file says; a tied embedding stored in Q8_0 kept so
   (`QuantizedEmbedding`);
@@ -236,7 +236,7 @@ def load_gguf(
     quantized_embedding: bool = True,
     expected_sha256: str | None = None,
 ):
-    """(model, tokenizer) of a GGUF file of Llama, Qwen2, Qwen3 or Gemma 3 (`mha_lib.models`).
+    """(model, tokenizer) of a GGUF file of Llama, Qwen2, Qwen3, Gemma 2 or Gemma 3 (`mha_lib.models`).
 
     Every number comes from the file's metadata (and the defaults its architecture file names),
     every weight is dequantized to float32, except a tied embedding in Q8_0, kept as its blocks

@@ -399,7 +399,7 @@ def test_bad_files_are_refused_before_a_weight_is_read(tmp_path, monkeypatch):
     cases = {
         "phi3": (
             r"holds a 'phi3' model \(no file here describes it\); load_gguf reads "
-            r"'gemma3'.*'llama'.*'qwen2'.*'qwen3'",
+            r"'gemma2'.*'gemma3'.*'llama'.*'qwen2'.*'qwen3'",
             dict(arch="phi3"),
         ),
         "gap": (r"missing \['blk.1.ffn_up.weight'\]", dict(skip=("blk.1.ffn_up.weight",))),

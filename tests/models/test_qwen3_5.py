@@ -45,3 +45,15 @@ def test_read_into_the_hybrid_config_with_every_option_described():
     with pytest.raises(ValueError, match=r"HybridConfig\.from_hf"):
         config_from_hf(c)
     assert HybridConfig.from_hf(c.to_dict()) == config  # a config.json's fields alike
+
+
+def test_its_gguf_files_are_refused_by_name(tmp_path, make_tiny_gguf):
+    from mha_lib.llm.gguf_file import GGUFFile
+    from mha_lib.models import config_from_gguf
+
+    make_tiny_gguf(tmp_path / "q.gguf", arch="qwen35")
+    with (
+        GGUFFile(tmp_path / "q.gguf") as f,
+        pytest.raises(ValueError, match=r"holds a 'qwen35' model \(its files are not read here\)"),
+    ):
+        config_from_gguf(f)

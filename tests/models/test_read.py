@@ -91,7 +91,7 @@ def test_what_is_not_read_is_refused_by_name_before_reading(tmp_path, make_tiny_
         pytest.raises(
             ValueError,
             match=r"holds a 'falcon' model \(no file here describes it\); load_gguf "
-            r"reads 'gemma3' \(Gemma 3\), 'llama' \(Llama 2",
+            r"reads 'gemma2' \(Gemma 2\), 'gemma3' \(Gemma 3\), 'llama' \(Llama 2",
         ),
     ):
         models.config_from_gguf(f)
