@@ -17,7 +17,11 @@ The consumers and their references:
   1e-9: equal on every model but the hybrid, whose gated-DeltaNet layers both refuse by name;
 - the induction circuits (`llm.induction.qk_circuit`, `ov_circuit`, `composition_scores`) on
   every layer against the layer's own scores and outputs (`qkv`, W_O), to 1e-9;
-- `architectures.differences`: a line for every option the config sets.
+- `architectures.differences`: a line for every option the config sets;
+- the benchmarks: `python -m mha_lib.bench llm`, the one that runs a model of a config (the
+  others time attention layers and kernels, no DecoderConfig), through its model code
+  (`bench.llm.workloads`, no timing): its prefill against the model's forward, exactly, and its
+  greedy decoding with the KV cache against decoding without it, token for token.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import fields, replace
 import pytest
 import torch
 
+from mha_lib.bench.llm import workloads
 from mha_lib.distributed import launch
 from mha_lib.distributed.tensor_parallel import check_world_size, tensor_parallel_rank
 from mha_lib.distributed.weights import RandomWeights
@@ -256,3 +261,21 @@ def test_differences(models, name):
         word = OPTIONS[option][1]
         assert any(word in line for line in lines), f"{option}: no line says {word!r}: {lines}"
     assert len(lines) == len(options_set(config))
+
+
+# ---------------------------------------------------------------------------- the benchmarks
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_llm_benchmark(models, name):
+    """`python -m mha_lib.bench llm`'s model code on every model: 4 prompt tokens and 6 new
+    ones, past every sliding window (5), so the sliding layers' rolling caches evict."""
+    _, model = models[name]
+    long, short = ids_of(10)[:1], ids_of(4, seed=2)[:1]  # (1, 10), (1, 4)
+    fns = workloads(model, long, short, new_tokens=6)
+    with torch.no_grad():
+        assert torch.equal(fns["prefill ours"](), model(long))
+        cached = fns["decode ours"]()  # (1, 4 + 6)
+        uncached = fns["decode ours without the cache"]()
+    assert cached.shape == uncached.shape == (1, 10)
+    assert torch.equal(cached, uncached)
