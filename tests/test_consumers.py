@@ -14,10 +14,14 @@ The consumers and their references:
   processes) against the model's own forward, to 1e-12;
 - streaming's one-pass losses (`masked_losses`, positions "cache" and "original", a window of 4
   and 2 sinks on 12 tokens) against the rolling cache token by token (`rolling_losses`), to
-  1e-9; where the rolling cache itself is refused, the one-pass losses must be too;
+  1e-9: equal on every model but the hybrid, whose gated-DeltaNet layers both refuse by name;
 - the induction circuits (`llm.induction.qk_circuit`, `ov_circuit`, `composition_scores`) on
   every layer against the layer's own scores and outputs (`qkv`, W_O), to 1e-9;
-- `architectures.differences`: a line for every option the config sets.
+- `architectures.differences`: a line for every option the config sets;
+- the benchmarks: `python -m mha_lib.bench llm`, the one that runs a model of a config (the
+  others time attention layers and kernels, no DecoderConfig), through its model code
+  (`bench.llm.workloads`, no timing): its prefill against the model's forward, exactly, and its
+  greedy decoding with the KV cache against decoding without it, token for token.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from dataclasses import fields, replace
 import pytest
 import torch
 
+from mha_lib.bench.llm import workloads
 from mha_lib.distributed import launch
 from mha_lib.distributed.tensor_parallel import check_world_size, tensor_parallel_rank
 from mha_lib.distributed.weights import RandomWeights
@@ -43,7 +48,7 @@ from tests.hf_models import SMALL_CONFIGS, small_configs
 
 NAMES = (*SMALL_CONFIGS, "untied", "qwen3_5")
 P = 2  # ranks
-WINDOW, SINKS, TOKENS = 4, 2, 12  # streaming: past every sliding window of the models (5)
+WINDOW, SINKS, TOKENS = 4, 2, 12  # streaming: 12 tokens past S + W = 6 and the sliding windows (5)
 
 # each option: (how to tell the config sets it, a word of its line in `differences`)
 OPTIONS = {
@@ -178,20 +183,21 @@ def test_tensor_parallelism(models, sharded, name):
 @pytest.mark.parametrize("positions", ["cache", "original"])
 @pytest.mark.parametrize("name", NAMES)
 def test_streaming(models, name, positions):
+    """The one-pass losses equal the rolling cache's on every model the rolling cache decodes;
+    only a layer with no keys to roll (gated-DeltaNet) is refused, by name, by both."""
     config, model = models[name]
     ids = ids_of(TOKENS)
     with torch.no_grad():
         try:
             reference = rolling_losses(model, ids, WINDOW, SINKS, positions)
         except ValueError as error:
+            assert "linear_attention" in options_set(config), error
             assert_refused_by_name(error, config)
-            reference = None
-        try:
-            losses = masked_losses(model, ids, WINDOW, SINKS, positions)
-        except ValueError as error:
-            assert_refused_by_name(error, config)
+            with pytest.raises(ValueError) as refused:
+                masked_losses(model, ids, WINDOW, SINKS, positions)
+            assert_refused_by_name(refused.value, config)
             return
-    assert reference is not None, "the one-pass losses ran where the rolling cache is refused"
+        losses = masked_losses(model, ids, WINDOW, SINKS, positions)
     assert_close(losses, reference, rtol=0, atol=1e-9)
 
 
@@ -255,3 +261,21 @@ def test_differences(models, name):
         word = OPTIONS[option][1]
         assert any(word in line for line in lines), f"{option}: no line says {word!r}: {lines}"
     assert len(lines) == len(options_set(config))
+
+
+# ---------------------------------------------------------------------------- the benchmarks
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_llm_benchmark(models, name):
+    """`python -m mha_lib.bench llm`'s model code on every model: 4 prompt tokens and 6 new
+    ones, past every sliding window (5), so the sliding layers' rolling caches evict."""
+    _, model = models[name]
+    long, short = ids_of(10)[:1], ids_of(4, seed=2)[:1]  # (1, 10), (1, 4)
+    fns = workloads(model, long, short, new_tokens=6)
+    with torch.no_grad():
+        assert torch.equal(fns["prefill ours"](), model(long))
+        cached = fns["decode ours"]()  # (1, 4 + 6)
+        uncached = fns["decode ours without the cache"]()
+    assert cached.shape == uncached.shape == (1, 10)
+    assert torch.equal(cached, uncached)

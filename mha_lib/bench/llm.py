@@ -64,10 +64,34 @@ def _load_ours(name: str, path):
     return load_gguf(path)  # Gemma: the Q8_0 embedding kept quantized, as load_gemma3
 
 
-def run(prompt_len: int, new_tokens: int, repeats: int, reference: bool, path=None,
-        model_name: str = "smollm2") -> dict:  # fmt: skip
-    from ..llm import find_model_file
+def workloads(model, long: torch.Tensor, short: torch.Tensor, new_tokens: int) -> dict:
+    """What the benchmark runs on our model, each a callable of no argument: "prefill ours",
+    the logits of the long prompt (1, N) in one forward pass; "decode ours", `generate`, greedy,
+    new_tokens after the short prompt (1, n) with the KV cache; "decode ours without the cache",
+    its first min(new_tokens, NO_CACHE_TOKENS) tokens with every step running the whole
+    sequence. The model's own forward and `generate`: no code of the benchmark's between them
+    and the model, so every option of its config is the model's to honour."""
     from ..nn import generate
+
+    uncached_tokens = min(new_tokens, NO_CACHE_TOKENS)
+    return {
+        "prefill ours": lambda: model(long),
+        "decode ours": lambda: generate(model, short, new_tokens, stop_ids=()),
+        "decode ours without the cache": lambda: generate(
+            model, short, uncached_tokens, stop_ids=(), use_cache=False
+        ),
+    }
+
+
+def run(
+    prompt_len: int,
+    new_tokens: int,
+    repeats: int,
+    reference: bool,
+    path=None,
+    model_name: str = "smollm2",
+) -> dict:
+    from ..llm import find_model_file
 
     path = find_model_file(model_name) if path is None else path  # assembly: not timed
     t0 = time.perf_counter()
@@ -82,11 +106,9 @@ def run(prompt_len: int, new_tokens: int, repeats: int, reference: bool, path=No
     g = torch.Generator().manual_seed(0)
     long = torch.randint(0, V, (1, prompt_len), generator=g)  # (1, N)
     short = torch.tensor([tok.encode(DECODE_PROMPT)])  # (1, n): natural text, BOS if the file asks
-
-    def decode_ours():
-        return generate(model, short, new_tokens, stop_ids=())
-
-    fns = {"prefill ours": lambda: model(long), "decode ours": decode_ours}
+    ours = workloads(model, long, short, new_tokens)
+    decode_ours, no_cache_ours = ours["decode ours"], ours["decode ours without the cache"]
+    fns = {"prefill ours": ours["prefill ours"], "decode ours": decode_ours}
     if ref is not None:
         fns["prefill transformers"] = lambda: ref(long).logits
         fns["decode transformers"] = lambda: ref.generate(
@@ -105,7 +127,7 @@ def run(prompt_len: int, new_tokens: int, repeats: int, reference: bool, path=No
         med = interleaved_medians(fns, repeats)
         uncached_tokens = min(new_tokens, NO_CACHE_TOKENS)
         t0 = time.perf_counter()
-        generate(model, short, uncached_tokens, stop_ids=(), use_cache=False)
+        no_cache_ours()
         no_cache = time.perf_counter() - t0
     result["prefill_ours_s"] = round(med["prefill ours"], 4)
     result["decode_ours_tok_s"] = round(new_tokens / med["decode ours"], 2)
@@ -130,8 +152,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    r = run(args.prompt_len, args.new_tokens, args.repeats, not args.no_reference,
-            model_name=args.model)  # fmt: skip
+    r = run(
+        args.prompt_len, args.new_tokens, args.repeats, not args.no_reference, model_name=args.model
+    )
     print(
         f"torch {torch.__version__} on the CPU ({torch.get_num_threads()} threads), float32, "
         f"{MODELS[args.model]}; medians of {args.repeats} interleaved rounds"
@@ -155,8 +178,9 @@ def main(argv=None) -> int:
     print(
         f"decoding {args.new_tokens} tokens: ours {r['decode_ours_tok_s']:.1f} tokens/s with "
         f"the KV cache, {r['decode_ours_no_cache_tok_s']:.1f} tokens/s without (the first "
-        f"{min(args.new_tokens, NO_CACHE_TOKENS)})", end=""
-    )  # fmt: skip
+        f"{min(args.new_tokens, NO_CACHE_TOKENS)})",
+        end="",
+    )
     if "decode_speed_ratio" in r:
         print(
             f"; transformers {r['decode_transformers_tok_s']:.1f} tokens/s with its cache: "
@@ -167,8 +191,9 @@ def main(argv=None) -> int:
         print()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), **r}, f,
-                      indent=1)  # fmt: skip
+            json.dump(
+                {"torch": torch.__version__, "threads": torch.get_num_threads(), **r}, f, indent=1
+            )
     return 0
 
 

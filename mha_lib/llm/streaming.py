@@ -31,15 +31,21 @@ saw when it was decoded:
 tests/llm/test_streaming.py checks both against the rolling cache token by token, and the
 original positions against transformers' model under the same explicit mask.
 
-The model's options: partial RoPE turns the sinks' keys on the same rope_dim numbers as the
-layers do; what the one pass cannot compute is refused by name (a layer's own window, soft cap
-or sink logits, as the config names them; at cache positions with sinks, RoPE frequency factors
-and two RoPE bases), and a "linear_attention" layer by both the one pass and the rolling cache.
+The model's options: each layer attends with a streaming attention of its own
+(`masked_losses` hands it to the layer), so the sinks' keys turn again as the layer turns RoPE
+(a sliding layer's rope_local_base, a global layer's rope_freq_factors, partial RoPE's
+rope_dim numbers), and the options a layer tells its attention function are computed as its
+rolling cache computes them (`DecoderLM.new_sink_cache` gives every layer, sliding or global,
+the same cache of sinks and window): a sliding layer's own window keeps the last
+sliding_window of the keys that cache holds, in text order, sinks first (`streaming_mask`);
+the soft cap changes the sinks' scores too; the sink logits join every softmax. A
+"linear_attention" layer (a state, no keys to roll) is refused by name by both.
 
 What it holds:
 - `token_losses(model, input_ids, attention=None)`: (B, N - 1) losses of one pass;
-- `streaming_attention(window, sinks, positions, rope_base, interleaved)`: the batched
-  attention function above; `masked_losses(model, input_ids, window, sinks, positions)`;
+- `streaming_attention(window, sinks, positions, rope_base, interleaved, rope_dim, rotate)`:
+  the batched attention function above, and `streaming_mask(N, window, sinks, own_window)`
+  the keys it shows each query; `masked_losses(model, input_ids, window, sinks, positions)`;
 - `rolling_losses(model, input_ids, window, sinks, positions)`: one token at a time;
 - `recomputed_losses(model, input_ids, window, queries)`: the window re-encoded per query;
 - `streaming_perplexity(model, input_ids, window, sinks, positions, method)`: exp(mean loss);
@@ -56,6 +62,9 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from functools import partial
 from importlib import resources
 from pathlib import Path
 
@@ -67,7 +76,7 @@ from torch import Tensor
 from .._checks import check_int
 from ..nn.backends import AttentionFn
 from ..nn.decoder import DecoderLM
-from ..nn.gqa import grouped_scores, repeat_kv
+from ..nn.gqa import grouped_query_attention, grouped_scores, repeat_kv
 from ..nn.kv_cache import ROPE_POSITIONS
 from ..nn.masks import sink_window_mask
 from ..positions import rope
@@ -88,6 +97,7 @@ __all__ = [
     "run_sweep",
     "setting_name",
     "streaming_attention",
+    "streaming_mask",
     "streaming_perplexity",
     "sweep_losses",
     "token_losses",
@@ -99,8 +109,9 @@ POSITIONS = ROPE_POSITIONS  # ("cache", "original"): where the rolling cache rot
 # ---------------------------------------------------------------------------- one pass
 
 
-def token_losses(model: DecoderLM, input_ids: Tensor, attention: AttentionFn | None = None,
-                 chunk: int = 256) -> Tensor:  # fmt: skip
+def token_losses(
+    model: DecoderLM, input_ids: Tensor, attention: AttentionFn | None = None, chunk: int = 256
+) -> Tensor:
     """(B, N - 1): the loss of token t + 1 given tokens 0 .. t, one pass over the whole text.
 
     attention: an attention function for every layer (default: the model's own, causal). The
@@ -113,8 +124,9 @@ def token_losses(model: DecoderLM, input_ids: Tensor, attention: AttentionFn | N
     out = []
     for i in range(0, x.shape[1], chunk):
         logits = model.logits(x[:, i : i + chunk])  # (B, chunk, V)
-        out.append(F.cross_entropy(logits.transpose(1, 2), targets[:, i : i + chunk],
-                                   reduction="none"))  # fmt: skip
+        out.append(
+            F.cross_entropy(logits.transpose(1, 2), targets[:, i : i + chunk], reduction="none")
+        )
     return torch.cat(out, dim=1)  # (B, N - 1)
 
 
@@ -125,51 +137,105 @@ def streaming_attention(
     rope_base: float = 10000.0,
     interleaved: bool = False,
     rope_dim: int | None = None,
+    rotate: Callable[[Tensor, Tensor], Tensor] | None = None,
 ) -> AttentionFn:
-    """attention(q, k, v) -> o over a whole sequence (q (B, h, N, d) and k, v (B, h_kv, N, d),
-    rotated at positions 0 .. N - 1) equal to decoding it through a rolling cache of `sinks`
-    sinks and a `window` (see the module docstring). rope_base, interleaved, rope_dim (the
-    numbers of each head RoPE turns; None: all d): the model's."""
+    """attention(q, k, v, **options) -> o over a whole sequence (q (B, h, N, d) and k, v
+    (B, h_kv, N, d), rotated at positions 0 .. N - 1) equal to decoding it through a rolling
+    cache of `sinks` sinks and a `window` (see the module docstring).
+
+    rotate(x, positions): the layer's RoPE, which turns the sinks' keys again at cache positions
+    (`DecoderAttention.rotate`: its base, layout, rope_dim and frequency factors); by default
+    `rope` with rope_base, interleaved and rope_dim (the numbers of each head it turns; None:
+    all d). The layer's options (`mha_lib.nn.backends`) are computed as the rolling cache does:
+    a sliding layer's own `window` w keeps the last w of the keys its cache holds, in text
+    order, sinks first; `score_mod` changes every score, the sinks' too (q_idx and kv_idx are
+    the text positions: the config's one score_mod, the soft cap, reads neither); `sink_logits`
+    join every row's softmax."""
     window, sinks = check_int(window, "window", 1), check_int(sinks, "sinks", 0)
     _check_positions(positions)
+    if rotate is None:
+        rotate = partial(_rope, base=rope_base, interleaved=interleaved, rope_dim=rope_dim)
 
     def attention(q: Tensor, k: Tensor, v: Tensor, **options) -> Tensor:
-        if options:  # a layer's own window, soft cap or sinks: not this rolling cache's
-            config_names = sorted(_OPTION_FIELDS.get(name, name) for name in options)
+        unknown = sorted(set(options) - set(_OPTION_FIELDS))
+        if unknown:
             raise ValueError(
-                f"a streaming attention computes the rolling cache of {sinks} sinks and a "
-                f"window of {window}; this layer asks for {sorted(options)} too (the model's "
-                f"{', '.join(config_names)}), which it does not compute: use rolling_losses"
+                f"a streaming attention computes a layer's {', '.join(_OPTION_FIELDS)}; this "
+                f"layer asks for {unknown} too, which it does not compute: use rolling_losses"
             )
-        _, h, N, d = q.shape
+        score_mod, sink_logits = options.get("score_mod"), options.get("sink_logits")
+        B, h, N, d = q.shape
         g = h // k.shape[1]
         if k.shape[2] != N:
             raise ValueError(
                 f"k has {k.shape[2]} positions and q {N}: a streaming attention runs over a "
                 "whole sequence at once, without a cache"
             )
-        allowed = torch.from_numpy(sink_window_mask(N, window, sinks)).to(q.device)  # (N, N)
+        allowed = streaming_mask(N, window, sinks, options.get("window")).to(q.device)  # (N, N)
         if positions == "original" or sinks == 0:  # every key at its text position
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=g > 1)
+            if score_mod is None and sink_logits is None:
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=g > 1)
+            return grouped_query_attention(
+                q, k, v, allowed, score_mod=score_mod, sink_logits=sink_logits
+            )
         t = torch.arange(N, device=q.device)  # (N,) the queries' text positions
-        band = allowed & (t >= sinks)[None, :]  # (N, N): the window, sink columns apart
-        scores = grouped_scores(q, k)  # (B, h, N, N)
-        scores = scores.masked_fill(~band, float("-inf"))
-        shift = (t - (sinks + window - 1)).clamp(min=0)  # (N,): text position - cache place
         S = min(sinks, N)
+        scores = grouped_scores(q, k)  # (B, h, N, N)
+        shift = (t - (sinks + window - 1)).clamp(min=0)  # (N,): text position - cache place
         k_sink = k[:, :, :S, None].expand(-1, -1, -1, N, -1)  # (B, h_kv, S, N, d)
-        r = d if rope_dim is None else rope_dim  # partial RoPE: the first r numbers turn
-        turned = rope(k_sink[..., :r], shift, rope_base, interleaved)  # on by shift_t for query t
-        k_sink = torch.cat([turned, k_sink[..., r:]], dim=-1)  # (B, h_kv, S, N, d)
-        k_sink = k_sink.repeat_interleave(g, dim=1)  # (B, h, S, N, d)
+        k_sink = rotate(k_sink, shift).repeat_interleave(g, dim=1)  # (B, h, S, N, d), turned
         sink_scores = torch.einsum("bhtd,bhstd->bhts", q, k_sink) / math.sqrt(d)  # (B, h, N, S)
-        seen = t[:, None] >= torch.arange(S, device=q.device)[None, :]  # (N, S): sink s <= t
-        sink_scores = sink_scores.masked_fill(~seen, float("-inf"))
-        w = torch.softmax(torch.cat([sink_scores, scores], dim=-1), dim=-1)  # (B, h, N, S + N)
+        if score_mod is not None:
+            scores = _modified(score_mod, scores, t)
+            sink_scores = _modified(score_mod, sink_scores, t[:S])
+        band = allowed & (t >= S)[None, :]  # (N, N): the window, sink columns apart
+        scores = scores.masked_fill(~band, float("-inf"))
+        sink_scores = sink_scores.masked_fill(~allowed[:, :S], float("-inf"))
+        columns = [sink_scores, scores]  # (B, h, N, S + N)
+        if sink_logits is not None:  # one more column per head, with no value
+            columns.append(sink_logits.to(q.dtype).view(1, h, 1, 1).expand(B, h, N, 1))
+        w = torch.softmax(torch.cat(columns, dim=-1), dim=-1)  # (B, h, N, S + N [+ 1])
         v_all = repeat_kv(v, g)  # (B, h, N, d)
-        return w[..., :S] @ v_all[:, :, :S] + w[..., S:] @ v_all  # (B, h, N, d)
+        return w[..., :S] @ v_all[:, :, :S] + w[..., S : S + N] @ v_all  # (B, h, N, d)
 
     return attention
+
+
+def streaming_mask(N: int, window: int, sinks: int, own_window: int | None = None) -> Tensor:
+    """(N, N) bool, True = query t may attend to key j: what the rolling cache of `sinks`
+    sinks and a `window` shows query t, the sinks j < sinks (j <= t) and the band
+    t - window < j <= t (notebook 11's `sink_window_mask`); with a sliding layer's
+    `own_window` w, only the last w of those in the cache's text order (sinks first), as the
+    layer's window over its cache's keys: the band within t - w < j, and a sink j only while
+    fewer than w keys follow it, min(t, sinks + window - 1) - w < j."""
+    t = torch.arange(N)[:, None]  # (N, 1) queries
+    j = torch.arange(N)[None, :]  # (1, N) keys
+    allowed = torch.from_numpy(sink_window_mask(N, window, sinks))  # (N, N)
+    if own_window is None:
+        return allowed
+    w = check_int(own_window, "window", 1)
+    last = t.clamp(max=sinks + window - 1)  # (N, 1): the query's place in the cache
+    kept = torch.where(j < sinks, j > last - w, j > t - w)  # (N, N)
+    return allowed & kept
+
+
+def _rope(
+    x: Tensor, positions: Tensor, base: float, interleaved: bool, rope_dim: int | None
+) -> Tensor:
+    """RoPE on the first rope_dim numbers of x's last axis (None: all), the rest as they are."""
+    r = x.shape[-1] if rope_dim is None else rope_dim
+    turned = rope(x[..., :r], positions, base, interleaved)
+    return torch.cat([turned, x[..., r:]], dim=-1)
+
+
+def _modified(score_mod, scores: Tensor, keys: Tensor) -> Tensor:
+    """score_mod on scores (B, h, N, M) of the queries at text positions 0 .. N - 1 and the
+    keys at text positions keys (M,), each index broadcast on its axis."""
+    B, h, N, _ = scores.shape
+    b_idx = torch.arange(B, device=scores.device).view(-1, 1, 1, 1)
+    h_idx = torch.arange(h, device=scores.device).view(1, -1, 1, 1)
+    q_idx = torch.arange(N, device=scores.device).view(1, 1, -1, 1)
+    return score_mod(scores, b_idx, h_idx, q_idx, keys.view(1, 1, 1, -1))
 
 
 # the attention function's options a layer may ask for, by the config field that sets them
@@ -191,42 +257,60 @@ def _refuse_linear_layers(model: DecoderLM) -> None:
         )
 
 
-def masked_losses(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
-                  positions: str = "cache") -> Tensor:  # fmt: skip
+def masked_losses(
+    model: DecoderLM, input_ids: Tensor, window: int, sinks: int, positions: str = "cache"
+) -> Tensor:
     """(B, N - 1): the rolling cache's losses, in one pass (`streaming_attention`).
 
-    With positions="cache" and sinks, the sinks' keys are turned again inside the attention
-    function, which does not know its layer: every layer must turn RoPE alike (one base,
-    RoPE's own frequencies). A model whose layers do not is refused by name; `rolling_losses`
-    decodes it, each layer with its own cache."""
+    Each layer gets a streaming attention of its own, which turns the sinks' keys with the
+    layer's RoPE (`rotate`: a sliding layer's rope_local_base, a global layer's
+    rope_freq_factors, partial RoPE) and computes the layer's options (its sliding window, soft
+    cap and sink logits) as its rolling cache does: the model's `DecoderLM.new_sink_cache`,
+    decoded token by token by `rolling_losses`, whose losses these equal."""
     _check_positions(positions)
     _refuse_linear_layers(model)
-    c = model.config
-    if positions == "cache" and sinks > 0:
-        if c.rope_freq_factors is not None:
-            raise ValueError(
-                "masked_losses turns the sinks' keys at RoPE's own frequencies; this model's "
-                "config has rope_freq_factors (its global layers' scaling): use rolling_losses "
-                'or positions="original"'
-            )
-        sliding = "sliding_attention" in (c.layer_types or ())
-        if sliding and c.rope_local_base not in (None, c.rope_base):
-            raise ValueError(
-                f"masked_losses turns every layer's sink keys with one RoPE base; this model's "
-                f"sliding layers turn with rope_local_base = {c.rope_local_base:g} and its "
-                f"global ones with rope_base = {c.rope_base:g}: use rolling_losses or "
-                'positions="original"'
-            )
-    fn = streaming_attention(window, sinks, positions, c.rope_base, model.rope_interleaved,
-                             c.rope_dim)  # fmt: skip
-    return token_losses(model, input_ids, fn)
+    fns = [
+        streaming_attention(window, sinks, positions, rotate=layer.self_attn.rotate)
+        for layer in model.layers
+    ]
+    with _each_layer_its_own(model, fns):
+        return token_losses(model, input_ids)
+
+
+@contextmanager
+def _each_layer_its_own(model: DecoderLM, fns: list[AttentionFn]):
+    """Within the block, layer l attends with fns[l]: the model hands one attention function
+    to every layer (`hidden_states`), and a forward pre-hook on layer l's attention module
+    replaces it by the layer's own (its `attention` argument) before the module runs."""
+
+    def hand(fn: AttentionFn):
+        def hook(module, args, kwargs):
+            if "attention" not in kwargs:
+                raise TypeError(
+                    f"{type(module).__name__} was called without attention=: the block no "
+                    "longer passes its attention function by name"
+                )
+            return args, {**kwargs, "attention": fn}
+
+        return hook
+
+    handles = [
+        layer.self_attn.register_forward_pre_hook(hand(fn), with_kwargs=True)
+        for layer, fn in zip(model.layers, fns, strict=True)
+    ]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 # ---------------------------------------------------------------------------- token by token
 
 
-def rolling_losses(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
-                   positions: str = "cache") -> Tensor:  # fmt: skip
+def rolling_losses(
+    model: DecoderLM, input_ids: Tensor, window: int, sinks: int, positions: str = "cache"
+) -> Tensor:
     """(B, N - 1): the losses of decoding input_ids one token at a time through a rolling
     cache per layer (notebook 11's `SinkKVCache`) of `sinks` sinks and a `window`.
 
@@ -247,8 +331,9 @@ def rolling_losses(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
     return torch.stack(losses, dim=1)  # (B, N - 1)
 
 
-def recomputed_losses(model: DecoderLM, input_ids: Tensor, window: int, queries,
-                      batch: int = 16) -> Tensor:  # fmt: skip
+def recomputed_losses(
+    model: DecoderLM, input_ids: Tensor, window: int, queries, batch: int = 16
+) -> Tensor:
     """(B, len(queries)): the loss of token t + 1 when the last `window` tokens up to t are
     encoded again from scratch, as a fresh sequence (positions 0 .. window - 1), for each query
     position t in queries (each >= window - 1). `batch` windows run at a time."""
@@ -269,14 +354,19 @@ def recomputed_losses(model: DecoderLM, input_ids: Tensor, window: int, queries,
             ts = queries[i : i + batch]
             windows = torch.stack([input_ids[b, t - window + 1 : t + 1] for t in ts])  # (n, W)
             logits = model(windows, last_only=True)[:, 0]  # (n, V)
-            out.append(F.cross_entropy(logits, input_ids[b, [t + 1 for t in ts]],
-                                       reduction="none"))  # fmt: skip
+            out.append(F.cross_entropy(logits, input_ids[b, [t + 1 for t in ts]], reduction="none"))
         rows.append(torch.cat(out))
     return torch.stack(rows)  # (B, len(queries))
 
 
-def streaming_perplexity(model: DecoderLM, input_ids: Tensor, window: int, sinks: int,
-                         positions: str = "cache", method: str = "rolling") -> float:  # fmt: skip
+def streaming_perplexity(
+    model: DecoderLM,
+    input_ids: Tensor,
+    window: int,
+    sinks: int,
+    positions: str = "cache",
+    method: str = "rolling",
+) -> float:
     """exp(mean loss) of input_ids (B, N) streamed through a rolling cache of `sinks` sinks
     (0: the window alone) and a `window`, with RoPE at the places in the cache ("cache",
     StreamingLLM) or at the text positions ("original").
@@ -353,9 +443,17 @@ def _losses(model, ids, setting) -> Tensor:
     return masked_losses(model, ids, W, S, p)
 
 
-def run_sweep(model: DecoderLM | None = None, tokenizer=None, *, stretches: int | None = None,
-              length: int | None = None, windows=None, sinks=None, recomputed=None,
-              verbose: bool = False) -> dict:  # fmt: skip
+def run_sweep(
+    model: DecoderLM | None = None,
+    tokenizer=None,
+    *,
+    stretches: int | None = None,
+    length: int | None = None,
+    windows=None,
+    sinks=None,
+    recomputed=None,
+    verbose: bool = False,
+) -> dict:
     """Every setting on every stretch: block means of the losses, and the losses at the
     recomputed window's query positions (for every setting, to compare on the same tokens)."""
     if model is None or tokenizer is None:
@@ -383,15 +481,21 @@ def run_sweep(model: DecoderLM | None = None, tokenizer=None, *, stretches: int 
                     [round(float(losses[t]), 5) for t in queries]
                 )
                 if verbose:
-                    print(f"stretch {s} {name:>22}: {math.exp(losses.mean()):8.2f} "
-                          f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
+                    print(
+                        f"stretch {s} {name:>22}: {math.exp(losses.mean()):8.2f} "
+                        f"({time.perf_counter() - t0:.0f} s)",
+                        flush=True,
+                    )
             for W in windows:
                 name = setting_name(W, -1)
                 rec = recomputed_losses(model, row, W, queries)[0].double()
                 at_queries.setdefault(name, []).append([round(float(x), 5) for x in rec])
                 if verbose:
-                    print(f"stretch {s} {name:>22}: {math.exp(rec.mean()):8.2f} on the queries "
-                          f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
+                    print(
+                        f"stretch {s} {name:>22}: {math.exp(rec.mean()):8.2f} on the queries "
+                        f"({time.perf_counter() - t0:.0f} s)",
+                        flush=True,
+                    )
     return {
         **provenance("python -m mha_lib.llm.streaming"),
         "text": "mha_lib.llm.texts.doc_text()",

@@ -1,7 +1,9 @@
 """mha_lib.llm.streaming: the batched streaming attention against the rolling cache token by token
-(a random float64 decoder of odd sizes, and the real model), against an explicit per-query
-computation, and against transformers' model under the same explicit mask; the recomputed window;
-the perplexity; the cached sweep regenerated in part; bad input.
+(a random float64 decoder of odd sizes, the real model, and the small models of every option the
+one pass must follow: two RoPE bases and sliding layers, RoPE frequency factors, partial RoPE,
+soft caps, sink logits), against an explicit per-query computation, and against transformers'
+model under the same explicit mask; the mask of a sliding layer's window over its cache; the
+recomputed window; the perplexity; the cached sweep regenerated in part; bad input.
 
 Tolerances. On the random float64 decoder the batched and the token-by-token computations agree to
 1e-9 (the same operations in another order; RoPE's angles computed once for a text position, once
@@ -26,6 +28,7 @@ from mha_lib.llm.streaming import (
     rolling_losses,
     setting_name,
     streaming_attention,
+    streaming_mask,
     streaming_perplexity,
     sweep_losses,
     token_losses,
@@ -44,9 +47,18 @@ REAL_ATOL = 2e-3  # see the module docstring
 def small():
     """A random float64 decoder of odd sizes: C = 40, h = 4, h_kv = 2, d = 10, V = 53, 3 layers,
     RoPE base 500, random norm weights."""
-    cfg = DecoderConfig(vocab_size=53, hidden_size=40, num_layers=3, num_heads=4,
-                        num_kv_heads=2, head_dim=10, intermediate_size=56, rope_base=500.0,
-                        rms_norm_eps=1e-5, context_length=64)  # fmt: skip
+    cfg = DecoderConfig(
+        vocab_size=53,
+        hidden_size=40,
+        num_layers=3,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=10,
+        intermediate_size=56,
+        rope_base=500.0,
+        rms_norm_eps=1e-5,
+        context_length=64,
+    )
     torch.manual_seed(0)
     model = DecoderLM(cfg).double().eval().requires_grad_(False)
     for name, p in model.named_parameters():
@@ -107,8 +119,9 @@ def test_a_window_as_long_as_the_text_is_the_full_cache(small):
         for positions in ("cache", "original"):
             assert_close(masked_losses(small, ids, 15, 2, positions), full, rtol=0, atol=1e-10)
         logits = small(ids)
-    direct = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:],
-                                               reduction="none")  # fmt: skip
+    direct = torch.nn.functional.cross_entropy(
+        logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none"
+    )
     assert_close(full, direct, rtol=0, atol=1e-10)
 
 
@@ -227,10 +240,15 @@ def test_the_cached_sweep_regenerates(smollm2):
 
 
 def test_the_sweep_summaries():
-    sweep = {"stretch": 251, "block": 100, "blocks": {"a": [[1.0, 2.0, 4.0], [2.0, 2.0, 2.0]]},
-             "at_queries": {"a": [[1.0, 3.0], [2.0, 2.0]]}}  # fmt: skip
-    assert_close(sweep_losses(sweep, "a"), np.array([(100 + 200 + 200) / 250, 2.0]), rtol=0,
-                 atol=1e-12)  # fmt: skip
+    sweep = {
+        "stretch": 251,
+        "block": 100,
+        "blocks": {"a": [[1.0, 2.0, 4.0], [2.0, 2.0, 2.0]]},
+        "at_queries": {"a": [[1.0, 3.0], [2.0, 2.0]]},
+    }
+    assert_close(
+        sweep_losses(sweep, "a"), np.array([(100 + 200 + 200) / 250, 2.0]), rtol=0, atol=1e-12
+    )
     assert_close(sweep_losses(sweep, "a", "queries"), np.array([2.0, 2.0]), rtol=0, atol=0)
     ppl, low, high = log_perplexity_interval([1.0, 2.0, 3.0])
     mean, half = t_interval([1.0, 2.0, 3.0])
@@ -284,72 +302,114 @@ def test_bad_arguments_are_refused(small):
         streaming_attention(3, 1)(q, torch.zeros(1, 2, 5, 10), torch.zeros(1, 2, 5, 10))
 
 
-def test_layers_that_turn_rope_differently_are_honoured_or_refused_by_name(small):
-    """The one-pass losses turn the sinks' keys inside an attention function that does not
-    know its layer: with positions="original" nothing is turned again, and a model with RoPE
-    frequency factors gives the rolling cache's losses; with positions="cache" it is refused
-    naming the factors, a model of two RoPE bases naming them, and a sliding layer's own window
-    (which the function does not compute) naming it, never a TypeError."""
-    from dataclasses import replace
-
-    def like_small(config):
-        model = DecoderLM(config).double().eval().requires_grad_(False)
-        model.load_state_dict(small.state_dict())
-        return model
-
-    ids = ids_of((1, 12), 53, seed=3)
-    scaled = like_small(replace(small.config, rope_freq_factors=(1.0, 2.0, 4.0, 8.0, 8.0)))
-    assert_close(
-        masked_losses(scaled, ids, 4, 2, "original"),
-        rolling_losses(scaled, ids, 4, 2, "original"),
-        rtol=0,
-        atol=1e-10,
-    )
-    assert not torch.equal(
-        masked_losses(scaled, ids, 4, 2, "original"), masked_losses(small, ids, 4, 2, "original")
-    )
-    with pytest.raises(ValueError, match="rope_freq_factors"):
-        masked_losses(scaled, ids, 4, 2, "cache")
-    kinds = ("sliding_attention", "full_attention", "sliding_attention")
-    two_bases = like_small(
-        replace(small.config, layer_types=kinds, sliding_window=6, rope_local_base=10000.0)
-    )
-    with pytest.raises(ValueError, match="rope_local_base = 10000 and its global ones"):
-        masked_losses(two_bases, ids, 4, 2, "cache")
-    with pytest.raises(ValueError, match=r"asks for \['window'\] too"):
-        masked_losses(two_bases, ids, 4, 2, "original")  # 12 keys, a window of 6
+def test_an_option_the_function_does_not_know_is_refused_by_name():
+    q = torch.zeros(1, 4, 6, 10)
+    k = v = torch.zeros(1, 2, 6, 10)
+    with pytest.raises(ValueError, match=r"asks for \['alibi_slopes'\] too"):
+        streaming_attention(3, 1)(q, k, v, alibi_slopes=torch.zeros(4))
 
 
-def test_partial_rope_is_honoured_and_a_linear_layer_refused_by_name(small):
-    """With partial RoPE (only the first rope_dim numbers of each head turn) the sinks' keys are
-    turned on the same numbers: the one-pass losses equal the rolling cache's at cache
-    positions; a model with gated-DeltaNet layers is refused naming them, by both."""
-    from dataclasses import replace
+# ------------------------------------------------------------------ every option of the config
 
+# the small models of tests/hf_models.small_configs that set an option the one pass must follow:
+# two RoPE bases and sliding layers of window 5 (Gemma 3: 7 layers, the sixth global), with
+# linear RoPE factors on the global layer too, Llama 3's factors, partial RoPE, Gemma 2's soft
+# caps (and its sliding layers), gpt-oss's sink logits
+OPTION_MODELS = (
+    "gemma3",
+    "gemma3_linear_rope",
+    "llama3_rope",
+    "rope_dim",
+    "gemma2",
+    "attention_sinks",
+)
+# (window, sinks, positions): a streaming window below the models' sliding window of 5 with a
+# cache of 5 (every sink within a sliding layer's window) and of 6 (the first sink out of it),
+# one above it (no sink within it once the cache is full), and no sinks; N = 14 tokens is past
+# every S + W and the sliding window
+SETTINGS = [
+    (3, 2, "cache"),
+    (3, 3, "cache"),
+    (7, 2, "cache"),
+    (4, 0, "cache"),
+    (3, 3, "original"),
+    (7, 2, "original"),
+]
+
+
+@pytest.fixture(scope="module")
+def option_models():
+    from mha_lib.distributed.weights import RandomWeights
+    from tests.hf_models import small_configs
+
+    configs = small_configs()
+    return {
+        name: RandomWeights(configs[name], seed=3, dtype=torch.float64).model()
+        for name in OPTION_MODELS
+    }
+
+
+@pytest.mark.parametrize("name", OPTION_MODELS)
+def test_every_option_streams_in_one_pass_as_through_the_rolling_cache(option_models, name):
+    """Each layer turns its sinks' keys with its own RoPE (base, frequency factors, rope_dim)
+    and applies its own window, soft cap and sink logits as its rolling cache does: the
+    one-pass losses equal the token-by-token ones, past both windows."""
+    model = option_models[name]
+    ids = ids_of((1, 14), 96, seed=11)
+    with torch.no_grad():
+        for window, sinks, positions in SETTINGS:
+            expected = rolling_losses(model, ids, window, sinks, positions)
+            ours = masked_losses(model, ids, window, sinks, positions)
+            assert_close(ours, expected, rtol=0, atol=1e-10)
+        assert (ours - token_losses(model, ids)).abs().max() > 1e-3  # the window mattered
+    assert all(not layer.self_attn._forward_pre_hooks for layer in model.layers)
+
+
+def test_the_sinks_turned_again_matter_on_the_two_base_model(option_models):
+    """Gemma 3's cache positions differ from its text positions once the cache has evicted
+    (t > S + W - 1 = 4), and not before: the sinks' keys are turned again, with each layer's
+    base."""
+    model = option_models["gemma3"]
+    ids = ids_of((1, 14), 96, seed=11)
+    with torch.no_grad():
+        a, b = (masked_losses(model, ids, 3, 2, p) for p in ("cache", "original"))
+    assert_close(a[:, :4], b[:, :4], rtol=0, atol=1e-10)
+    assert (a[:, 5:] - b[:, 5:]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("window", "sinks", "own"),
+    [(3, 2, 5), (3, 3, 5), (7, 2, 5), (4, 0, 2), (2, 4, 3), (6, 1, None)],
+)
+def test_the_mask_is_the_last_of_the_cached_keys(window, sinks, own):
+    """Row t of `streaming_mask`: the cache's keys after token t (the sinks, then the last
+    window tokens, in text order), of which a sliding layer sees its last `own`."""
+    N = 15
+    mask = streaming_mask(N, window, sinks, own)
+    for t in range(N):
+        cached = [j for j in range(t + 1) if j < sinks or j > t - window]
+        seen = cached if own is None else cached[-own:]
+        assert mask[t].nonzero().flatten().tolist() == seen, t
+    if own is None:
+        assert torch.equal(mask, torch.from_numpy(sink_window_mask(N, window, sinks)))
+
+
+def test_a_linear_layer_is_refused_by_name(small):
+    """A model with gated-DeltaNet layers has no keys to roll: refused naming them, by both."""
     from mha_lib.linear_attention import HybridConfig, HybridLM
 
-    partial = DecoderLM(replace(small.config, rope_dim=4)).double().eval().requires_grad_(False)
-    partial.load_state_dict(small.state_dict())
-    ids = ids_of((1, 12), 53, seed=3)
-    with torch.no_grad():
-        expected = rolling_losses(partial, ids, 4, 2, "cache")
-        assert_close(masked_losses(partial, ids, 4, 2, "cache"), expected, rtol=0, atol=1e-10)
-        assert not torch.equal(expected, rolling_losses(small, ids, 4, 2, "cache"))
-    hybrid = HybridConfig(**{**small.config.__dict__, "layer_types": (
-        "linear_attention", "linear_attention", "full_attention")}, linear_num_key_heads=2,
-        linear_num_value_heads=2, linear_key_head_dim=4, linear_value_head_dim=4)  # fmt: skip
+    hybrid = HybridConfig(
+        **{
+            **small.config.__dict__,
+            "layer_types": ("linear_attention", "linear_attention", "full_attention"),
+        },
+        linear_num_key_heads=2,
+        linear_num_value_heads=2,
+        linear_key_head_dim=4,
+        linear_value_head_dim=4,
+    )
     model = HybridLM(hybrid).double().eval()
+    ids = ids_of((1, 12), 53, seed=3)
     for run in (masked_losses, rolling_losses):
         with pytest.raises(ValueError, match=r"layer_types\[0\] = 'linear_attention'"):
             run(model, ids, 4, 2, "original")
-    with pytest.raises(ValueError, match=r"\['sink_logits'\] too \(the model's attention_sinks\)"):
-        masked_losses(like(small, attention_sinks=True), ids, 4, 2, "original")
-
-
-def like(small, **options):
-    """The small model with options set and its weights where they fit (the others random)."""
-    from dataclasses import replace
-
-    model = DecoderLM(replace(small.config, **options)).double().eval().requires_grad_(False)
-    model.load_state_dict(small.state_dict(), strict=False)
-    return model
