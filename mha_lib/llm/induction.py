@@ -122,8 +122,9 @@ def previous_token_score(model: DecoderLM, input_ids: Tensor, start: int = 1) ->
     return stripe_score(_weights(model, input_ids), 1, max(start, 1))
 
 
-def copy_losses(model: DecoderLM, input_ids: Tensor, period: int,
-                head_mask: Tensor | None = None) -> Tensor:  # fmt: skip
+def copy_losses(
+    model: DecoderLM, input_ids: Tensor, period: int, head_mask: Tensor | None = None
+) -> Tensor:
     """(B, 2): each sequence's mean loss on its first copy (predicting tokens 1 .. P - 1) and
     on its second (tokens P + 1 .. 2P - 1; token P, the repeat's first, cannot be foreseen)."""
     with torch.no_grad():
@@ -142,8 +143,9 @@ def uniform_target_losses(logits: Tensor) -> Tensor:
     return torch.logsumexp(z, dim=-1) - z[..., low:high].mean(-1)
 
 
-def copy_statistics(model: DecoderLM, input_ids: Tensor, period: int,
-                    chunk: int = 4) -> dict[str, Tensor]:  # fmt: skip
+def copy_statistics(
+    model: DecoderLM, input_ids: Tensor, period: int, chunk: int = 4
+) -> dict[str, Tensor]:
     """Per sequence (B,) of a block of `period` tokens repeated once (input_ids (B, 2P)):
     "first" and "second", the mean losses of both copies as in `copy_losses`, and "uniform
     target", the mean of `uniform_target_losses` over the first copy's positions (those that
@@ -171,8 +173,9 @@ def head_mask_without(heads, num_layers: int, num_heads: int) -> Tensor:
     return mask
 
 
-def swapped_stripe(model: DecoderLM, layer: int, x_queries: Tensor, x_keys: Tensor,
-                   offset: int, start: int) -> Tensor:  # fmt: skip
+def swapped_stripe(
+    model: DecoderLM, layer: int, x_queries: Tensor, x_keys: Tensor, offset: int, start: int
+) -> Tensor:
     """(h,): layer's stripe score (weight on t - offset from t >= start) when its queries come
     from the residual stream x_queries (B, N, C) and its keys from x_keys (B, N, C)."""
     block = model.layers[layer]
@@ -252,8 +255,9 @@ def ov_circuit(model: DecoderLM, layer: int, head: int) -> Tensor:
     return V @ O  # (C, C)
 
 
-def composition_scores(model: DecoderLM, later, earlier, kind: str = "K",
-                       distance: int = 0) -> Tensor:  # fmt: skip
+def composition_scores(
+    model: DecoderLM, later, earlier, kind: str = "K", distance: int = 0
+) -> Tensor:
     """(len(later), len(earlier)): notebook 06's composition score of each later head with each
     earlier head, ‖W_QK W_OVᵀ‖_F / (‖W_QK‖_F ‖W_OV‖_F) (kind "K": the later head's keys read
     what the earlier one wrote) or ‖W_OV W_QK‖_F / (...) (kind "Q": its queries do), equal to
@@ -299,8 +303,14 @@ SWEEP = {
 SWEEP_FILE = Path(str(resources.files("mha_lib") / "data" / "nb13_induction.json"))
 
 
-def run_sweep(model: DecoderLM | None = None, verbose: bool = False, *, batch: int | None = None,
-              ks=None, draws: int | None = None) -> dict:  # fmt: skip
+def run_sweep(
+    model: DecoderLM | None = None,
+    verbose: bool = False,
+    *,
+    batch: int | None = None,
+    ks=None,
+    draws: int | None = None,
+) -> dict:
     """Scores on a selection set, a held-out set and a null set; the top-k induction heads (chosen
     on the selection set) and k random other heads removed, on the held-out set."""
     if model is None:
@@ -418,8 +428,9 @@ PERIODS = {
 PERIODS_FILE = Path(str(resources.files("mha_lib") / "data" / "nb13_periods.json"))
 
 
-def run_periods(model: DecoderLM | None = None, verbose: bool = False, *, periods=None,
-                batch: int | None = None) -> dict:  # fmt: skip
+def run_periods(
+    model: DecoderLM | None = None, verbose: bool = False, *, periods=None, batch: int | None = None
+) -> dict:
     """`copy_statistics` of `batch` repeated blocks at each period (seeded, on the CPU)."""
     if model is None:
         model, _ = load_smollm2()
@@ -431,9 +442,11 @@ def run_periods(model: DecoderLM | None = None, verbose: bool = False, *, period
         res = copy_statistics(model, random_tokens(B, P, seed), P)
         stats[str(P)] = {name: _rounded(t) for name, t in res.items()}
         if verbose:
-            print(f"P = {P}: first {float(res['first'].mean()):.2f}, second "
-                  f"{float(res['second'].mean()):.2f} ({time.perf_counter() - t0:.0f} s)",
-                  flush=True)  # fmt: skip
+            print(
+                f"P = {P}: first {float(res['first'].mean()):.2f}, second "
+                f"{float(res['second'].mean()):.2f} ({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
     return {
         **provenance("python -m mha_lib.llm.induction periods"),
         "batch": B,

@@ -392,8 +392,14 @@ def hbm_bytes(
     bytes_per_number: 2 for float16 or bfloat16, 4 for float32. Caches between HBM and
     the chip (a GPU's L2) are not modelled: this is what the kernel asks HBM for.
     """
-    for name, value in (("N", N), ("M", M), ("d", d), ("block_q", block_q),
-                        ("block_k", block_k), ("bytes_per_number", bytes_per_number)):  # fmt: skip
+    for name, value in (
+        ("N", N),
+        ("M", M),
+        ("d", d),
+        ("block_q", block_q),
+        ("block_k", block_k),
+        ("bytes_per_number", bytes_per_number),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int; got {value!r}")
     if form not in HBM_FORMS:

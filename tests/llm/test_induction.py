@@ -184,8 +184,9 @@ def test_the_cached_sweep_regenerates(smollm2):
     scores = stripe_score(torch.stack(weights), period - 1, period, per_sequence=True)
     cached = torch.tensor(sweep["scores"]["held out"]["induction"][:2])  # (2, L, h)
     assert_close(scores, cached, rtol=0, atol=2e-3)
-    assert_close(copy_losses(model, ids, period), torch.tensor(sweep["copy losses"][:2]),
-                 rtol=0, atol=2e-3)  # fmt: skip
+    assert_close(
+        copy_losses(model, ids, period), torch.tensor(sweep["copy losses"][:2]), rtol=0, atol=2e-3
+    )
     top = [tuple(x) for x in sweep["ablations"]["1"]["top"]]
     removed = copy_losses(model, ids, period, head_mask_without(top, 30, 9))[:, 1]
     cached = torch.tensor(sweep["ablations"]["1"]["top second copy"][:2])
@@ -235,8 +236,9 @@ def test_the_cached_periods_regenerate(smollm2):
     for name, values in part["statistics"][str(period)].items():
         expected = torch.tensor(cached["statistics"][str(period)][name][:2])
         assert_close(torch.tensor(values), expected, rtol=0, atol=2e-3)
-    assert all(len(v) == cached["batch"] for per in cached["statistics"].values()
-               for v in per.values())  # fmt: skip
+    assert all(
+        len(v) == cached["batch"] for per in cached["statistics"].values() for v in per.values()
+    )
 
 
 def test_the_circuits_fold_the_query_scale_and_refuse_what_is_not_linear_by_name():
@@ -264,9 +266,12 @@ def test_the_circuits_fold_the_query_scale_and_refuse_what_is_not_linear_by_name
         ov_circuit(gemma2, 1, 3)
     with pytest.raises(ValueError, match=r"distance = 5: layer 0 .* \(sliding_window\)"):
         qk_circuit(gemma2, 0, 0, 5)  # Gemma 2's even layers slide over 5 keys
-    refusals = (("qwen3", "qk_norm", qk_circuit), ("qwen2", "attention_bias", qk_circuit),
-                ("qwen2", "attention_bias", ov_circuit),
-                ("attn_output_gate", "attn_output_gate", ov_circuit))  # fmt: skip
+    refusals = (
+        ("qwen3", "qk_norm", qk_circuit),
+        ("qwen2", "attention_bias", qk_circuit),
+        ("qwen2", "attention_bias", ov_circuit),
+        ("attn_output_gate", "attn_output_gate", ov_circuit),
+    )
     for name, option, circuit in refusals:
         model = RandomWeights(cfgs[name]).model()
         with pytest.raises(ValueError, match=f"^{option}: "):

@@ -71,8 +71,9 @@ def test_a_decoder_layers_query_scale_is_folded_and_what_is_not_linear_is_refuse
     from mha_lib.nn.decoder import DecoderAttention
 
     torch.manual_seed(0)
-    attn = DecoderAttention(hidden_size=12, num_heads=4, num_kv_heads=2, head_dim=6,
-                            query_scale=0.1).double()  # fmt: skip
+    attn = DecoderAttention(
+        hidden_size=12, num_heads=4, num_kv_heads=2, head_dim=6, query_scale=0.1
+    ).double()
     x = torch.randn(1, 2, 12, dtype=torch.float64)
     with torch.no_grad():
         q, k, _ = attn.qkv(x, torch.zeros(2, dtype=torch.long))  # both at position 0
@@ -81,8 +82,7 @@ def test_a_decoder_layers_query_scale_is_folded_and_what_is_not_linear_is_refuse
             circuit = x[0, 0] @ qk_circuit(attn, head) @ x[0, 1] / 6**0.5
             assert_close(circuit, score, rtol=0, atol=1e-12)
     sizes = dict(hidden_size=12, num_heads=4, num_kv_heads=2)
-    for option, side in (("attention_bias", "both"), ("qk_norm", "qk"),
-                         ("attn_output_gate", "ov")):  # fmt: skip
+    for option, side in (("attention_bias", "both"), ("qk_norm", "qk"), ("attn_output_gate", "ov")):
         layer = DecoderAttention(**sizes, **{option: True})
         for kind, circuit in (("qk", qk_circuit), ("ov", ov_circuit)):
             if side in (kind, "both"):

@@ -61,8 +61,10 @@ def test_sampling_follows_the_distribution():
 
 def test_sampling_with_a_seed_repeats_and_respects_the_filters():
     z = logits_of((6, 40), seed=4)
-    draws = [pick_next(z, 0.7, top_k=5, top_p=0.8, generator=torch.Generator().manual_seed(5))
-             for _ in range(2)]  # fmt: skip
+    draws = [
+        pick_next(z, 0.7, top_k=5, top_p=0.8, generator=torch.Generator().manual_seed(5))
+        for _ in range(2)
+    ]
     assert torch.equal(draws[0], draws[1])
     allowed = top_p_filter(top_k_filter(z / 0.7, 5), 0.8).isfinite()
     assert allowed.gather(1, draws[0][:, None]).all()
