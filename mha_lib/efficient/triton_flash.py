@@ -90,6 +90,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch import Tensor  # noqa: E402
 
+from .._checks import check_int  # noqa: E402
 from ..nn.flash import causal_key_end  # noqa: E402  (pure Python, shared with notebook 08)
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
@@ -308,8 +309,7 @@ def backward_cost(
         ("block_k", block_k),
         ("bytes_per_number", bytes_per_number),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
+        check_int(value, name)
     if design not in BACKWARD_DESIGNS:
         raise ValueError(f"design must be one of {BACKWARD_DESIGNS}; got {design!r}")
     if causal not in CAUSAL:
@@ -735,8 +735,7 @@ def _blocks(d: int, block_q, block_k, which: str) -> tuple[int, int]:
     block_q = default[0] if block_q is None else block_q
     block_k = default[1] if block_k is None else block_k
     for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(b, bool) or not isinstance(b, int):
-            raise TypeError(f"{name} must be an int; got {type(b).__name__}")
-        if b < 16 or b & (b - 1):
+        check_int(b, name, 16)  # tl.dot's smallest tile
+        if b & (b - 1):
             raise ValueError(f"{name} must be a power of two, at least 16 (tl.dot); got {b}")
     return block_q, block_k

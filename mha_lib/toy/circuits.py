@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._checks import check_int
 from ..nn.circuits import (
     composition_score,
     head_weights,
@@ -82,8 +83,9 @@ def _second_copy(A, T) -> Tensor:
     second copy see nothing after it."""
     A = _check_weights(A)
     N = A.shape[-1]
-    if isinstance(T, bool) or not isinstance(T, int) or T < 2 or 2 * T > N:
-        raise ValueError(f"T = {T!r}; expected an int with 2 <= T and 2T <= N = {N}")
+    check_int(T, "T", 2)
+    if 2 * T > N:
+        raise ValueError(f"T = {T}; expected 2T <= N = {N} (the block and its copy)")
     return A[..., : 2 * T, : 2 * T]
 
 
