@@ -57,6 +57,7 @@ from torch import Tensor
 
 from ..nn.backends import attention_weights
 from ..nn.circuits import head_weights, refuse_nonlinear, stripe_score
+from ..nn.circuits import previous_token_score as _previous_token_score
 from ..nn.decoder import DecoderLM
 from ..runtime import provenance
 from .loader import load_smollm2
@@ -118,8 +119,9 @@ def induction_scores(model: DecoderLM, input_ids: Tensor, period: int) -> Tensor
 
 
 def previous_token_score(model: DecoderLM, input_ids: Tensor, start: int = 1) -> Tensor:
-    """(L, h): the mean weight from each query t >= start on the token just before it."""
-    return stripe_score(_weights(model, input_ids), 1, max(start, 1))
+    """(L, h): the mean weight from each query t >= start on the token just before it
+    (`mha_lib.nn.circuits.previous_token_score` of the model's weights on input_ids)."""
+    return _previous_token_score(_weights(model, input_ids), start)
 
 
 def copy_losses(
@@ -337,7 +339,7 @@ def run_sweep(
         A = _weights(model, ids)
         scores[name] = {
             "induction": stripe_score(A, P - 1, P, per_sequence=True),  # (B, L, h)
-            "previous": stripe_score(A, 1, 1, per_sequence=True),
+            "previous": _previous_token_score(A, per_sequence=True),
         }
         del A
         say(f"scores on the {name} set")
