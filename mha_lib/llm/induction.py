@@ -8,9 +8,9 @@ second copy becomes predictable. The measures:
 - `random_tokens(batch, period, seed, repeated=True)`: (B, 2P) random word pieces (ids in
   `TOKEN_RANGE`), the block repeated once, or 2P fresh tokens (the null: nothing to match);
 - `stripe_score(weights, offset, start)` (`mha_lib.nn.circuits`, notebook 06's too): (L, h)
-  mean weight from every query t >= start to key t - offset, per sequence or pooled;
+  mean weight from every query t >= start to key t + offset, per sequence or pooled;
   `induction_scores(model, input_ids, period)` (offset
-  P - 1 from t >= P) and `previous_token_score(model, input_ids, start)` (offset 1);
+  1 - P from t >= P) and `previous_token_score(model, input_ids, start)` (offset -1);
 - `copy_losses(model, input_ids, period, head_mask=None)`: (B, 2) mean loss on the first copy
   (tokens 1 .. P - 1) and on the second (tokens P + 1 .. 2P - 1);
 - `head_mask_without(heads, L, h)`: ones, with 0 at the heads removed;
@@ -115,7 +115,7 @@ def induction_scores(model: DecoderLM, input_ids: Tensor, period: int) -> Tensor
     N = input_ids.shape[-1]
     if isinstance(period, bool) or not isinstance(period, int) or not 2 <= period < N:
         raise ValueError(f"period = {period!r}; expected an int with 2 <= period < N = {N}")
-    return stripe_score(_weights(model, input_ids), period - 1, period)
+    return stripe_score(_weights(model, input_ids), 1 - period, period)
 
 
 def previous_token_score(model: DecoderLM, input_ids: Tensor, start: int = 1) -> Tensor:
@@ -178,7 +178,7 @@ def head_mask_without(heads, num_layers: int, num_heads: int) -> Tensor:
 def swapped_stripe(
     model: DecoderLM, layer: int, x_queries: Tensor, x_keys: Tensor, offset: int, start: int
 ) -> Tensor:
-    """(h,): layer's stripe score (weight on t - offset from t >= start) when its queries come
+    """(h,): layer's stripe score (weight on t + offset from t >= start) when its queries come
     from the residual stream x_queries (B, N, C) and its keys from x_keys (B, N, C)."""
     block = model.layers[layer]
     positions = torch.arange(x_queries.shape[1])
@@ -338,7 +338,7 @@ def run_sweep(
     for name, ids in sets.items():
         A = _weights(model, ids)
         scores[name] = {
-            "induction": stripe_score(A, P - 1, P, per_sequence=True),  # (B, L, h)
+            "induction": stripe_score(A, 1 - P, P, per_sequence=True),  # (B, L, h)
             "previous": _previous_token_score(A, per_sequence=True),
         }
         del A
@@ -378,7 +378,7 @@ def run_sweep(
     for l0, i0 in candidates:
         mask = head_mask_without([(l0, i0)], L, h)
         A = _weights(model, held, mask)
-        after = stripe_score(A, P - 1, P)  # (L, h)
+        after = stripe_score(A, 1 - P, P)  # (L, h)
         del A
         x = layer_inputs(model, held, head_mask=mask)
         swap = {}
@@ -386,7 +386,7 @@ def run_sweep(
             for qs, ks_ in (("clean", "clean"), ("clean", "ablated"), ("ablated", "clean")):
                 xq = clean_x[l] if qs == "clean" else x[l]
                 xk = clean_x[l] if ks_ == "clean" else x[l]
-                s = float(swapped_stripe(model, l, xq, xk, P - 1, P)[i])
+                s = float(swapped_stripe(model, l, xq, xk, 1 - P, P)[i])
                 swap.setdefault(f"L{l}.H{i}", {})[f"queries {qs}, keys {ks_}"] = round(s, 5)
         feeders[f"L{l0}.H{i0}"] = {
             "induction after": [round(float(after[l, i]), 5) for l, i in top_ind],

@@ -167,9 +167,8 @@ def offset_score(A: Tensor, attention_mask: Tensor, offset: int) -> Tensor:
     leading axes (...), e.g. () or (layers, h).
     """
     w, lead = _heads_second(A, attention_mask)
-    back = -offset  # `stripe_score` counts back from the query
     word = _real_queries(attention_mask)  # (B, N)
-    return stripe_score(w, back, max(back, 0), valid=word)[0].reshape(lead)
+    return stripe_score(w, offset, max(-offset, 0), valid=word)[0].reshape(lead)
 
 
 def _heads_second(A: Tensor, attention_mask: Tensor) -> tuple[Tensor, tuple[int, ...]]:

@@ -97,13 +97,13 @@ def induction_score(A, T: int) -> Tensor:
     A (h, N, N) or (B, h, N, N) with N >= 2T, computed on a block of T tokens followed by the
     same block (every sequence with the same T) -> (h,); A (N, N) -> a scalar.
     """
-    return _per_head(_second_copy(A, T), lambda w, **kw: stripe_score(w, T - 1, T, **kw))
+    return _per_head(_second_copy(A, T), lambda w, **kw: stripe_score(w, 1 - T, T, **kw))
 
 
 def duplicate_token_score(A, T: int) -> Tensor:
     """Mean of A[..., i, i - T] over T <= i < 2T: the weight on the earlier occurrence of the
     current token itself. Shapes as `induction_score`."""
-    return _per_head(_second_copy(A, T), lambda w, **kw: stripe_score(w, T, T, **kw))
+    return _per_head(_second_copy(A, T), lambda w, **kw: stripe_score(w, -T, T, **kw))
 
 
 def relation_scores(A, where) -> Tensor:

@@ -121,7 +121,7 @@ def prefix_diagonal(A, period):
 
 
 def prefix_library(A, period):  # the library's stripe score, on weights (L = 1, B, h, N, N)
-    return stripe_score(torch.as_tensor(A)[None], period - 1, period)[0]
+    return stripe_score(torch.as_tensor(A)[None], 1 - period, period)[0]
 
 
 @pytest.mark.parametrize("fn", [prefix_numpy, prefix_diagonal, prefix_library])

@@ -14,18 +14,18 @@ from mha_lib.testing import assert_close
 from mha_lib.toy.circuits import duplicate_token_score, induction_score, previous_token_score
 
 
-def test_a_stripe_is_the_mean_weight_t_minus_offset_back():
+def test_a_stripe_is_the_mean_weight_on_key_t_plus_offset():
     N = 10
     A = torch.rand(3, 2, 4, N, N, generator=torch.Generator().manual_seed(0))  # (L, B, h, N, N)
-    for offset, start in ((0, 0), (1, 1), (4, 5), (3, 9)):
-        t = torch.arange(start, N)
-        expected = A[..., t, t - offset].mean(dim=(1, 3))  # (L, h)
+    for offset, start in ((0, 0), (-1, 1), (-4, 5), (-3, 9), (2, 0), (1, 4)):
+        t = torch.arange(start, N - max(offset, 0))
+        expected = A[..., t, t + offset].mean(dim=(1, 3))  # (L, h)
         assert_close(stripe_score(A, offset, start), expected, rtol=0, atol=1e-6)
         per = stripe_score(A, offset, start, per_sequence=True)  # (B, L, h)
-        assert_close(per, A[..., t, t - offset].mean(-1).permute(1, 0, 2), rtol=0, atol=1e-6)
-    assert_close(stripe_score(list(A), 1, 1), stripe_score(A, 1, 1), rtol=0, atol=0)
+        assert_close(per, A[..., t, t + offset].mean(-1).permute(1, 0, 2), rtol=0, atol=1e-6)
+    assert_close(stripe_score(list(A), -1, 1), stripe_score(A, -1, 1), rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"expected \(L, B, h, N, N\)"):
-        stripe_score(A[0], 1, 1)
+        stripe_score(A[0], -1, 1)
 
 
 def test_a_stripe_over_valid_tokens_is_the_mean_over_the_pairs_both_valid():
@@ -33,21 +33,23 @@ def test_a_stripe_over_valid_tokens_is_the_mean_over_the_pairs_both_valid():
     gen = torch.Generator().manual_seed(2)
     A = torch.rand(2, B, 4, N, N, generator=gen, dtype=torch.float64)  # (L, B, h, N, N)
     valid = torch.rand(B, N, generator=gen) > 0.3  # (B, N)
-    for offset, start in ((1, 1), (2, 3), (0, 0), (-1, 0), (-2, 4)):
-        t = torch.arange(start, N - max(-offset, 0))
-        pairs = (valid[:, t] & valid[:, t - offset]).double()  # (B, n)
-        w = A[..., t, t - offset]  # (L, B, h, n)
+    for offset, start in ((-1, 1), (-2, 3), (0, 0), (1, 0), (2, 4)):
+        t = torch.arange(start, N - max(offset, 0))
+        pairs = (valid[:, t] & valid[:, t + offset]).double()  # (B, n)
+        w = A[..., t, t + offset]  # (L, B, h, n)
         expected = (w * pairs[None, :, None]).sum(dim=(1, 3)) / pairs.sum()  # (L, h)
         assert_close(stripe_score(A, offset, start, valid=valid), expected, rtol=1e-12, atol=0)
         per = (w * pairs[None, :, None]).sum(-1) / pairs.sum(-1)[None, :, None]  # (L, B, h)
         got = stripe_score(A, offset, start, per_sequence=True, valid=valid)
         assert_close(got, per.permute(1, 0, 2), rtol=1e-12, atol=0, equal_nan=True)  # no pair: NaN
     everything = torch.ones(B, N, dtype=torch.bool)
-    assert_close(stripe_score(A, 1, 1, valid=everything), stripe_score(A, 1, 1), rtol=1e-12, atol=0)
+    assert_close(
+        stripe_score(A, -1, 1, valid=everything), stripe_score(A, -1, 1), rtol=1e-12, atol=0
+    )
     with pytest.raises(ValueError, match=r"valid has shape \(3, 8\); expected \(B, N\)"):
-        stripe_score(A, 1, 1, valid=valid[:, 1:])
-    with pytest.raises(ValueError, match="offset = -2, start = 7"):
-        stripe_score(A, -2, 7)  # the queries 7 and 8 have no key two tokens after them
+        stripe_score(A, -1, 1, valid=valid[:, 1:])
+    with pytest.raises(ValueError, match="offset = 2, start = 7"):
+        stripe_score(A, 2, 7)  # the queries 7 and 8 have no key two tokens after them
 
 
 def test_previous_token_score_is_defined_once():
@@ -59,14 +61,14 @@ def test_previous_token_score_is_defined_once():
 
     gen = torch.Generator().manual_seed(3)
     A = torch.rand(2, 3, 4, 7, 7, generator=gen)  # (L, B, h, N, N)
-    assert_close(circuits.previous_token_score(A), stripe_score(A, 1, 1), rtol=0, atol=0)
-    assert_close(circuits.previous_token_score(A, start=3), stripe_score(A, 1, 3), rtol=0, atol=0)
-    assert_close(toy.previous_token_score(A[0]), stripe_score(A[:1], 1, 1)[0], rtol=0, atol=1e-6)
+    assert_close(circuits.previous_token_score(A), stripe_score(A, -1, 1), rtol=0, atol=0)
+    assert_close(circuits.previous_token_score(A, start=3), stripe_score(A, -1, 3), rtol=0, atol=0)
+    assert_close(toy.previous_token_score(A[0]), stripe_score(A[:1], -1, 1)[0], rtol=0, atol=1e-6)
     # an encoder's batch: sentences of 7 and 5 tokens, [CLS] and [SEP] and padding left out
     mask = torch.tensor([[1] * 7, [1] * 5 + [0] * 2])  # (B, N), 1 = real token
     heads = A[0, :2].permute(1, 0, 2, 3)  # (h, B, N, N): roles' layout, heads first
     words = torch.tensor([[0] + [1] * 5 + [0], [0] + [1] * 3 + [0] * 3]).bool()
-    expected = stripe_score(A[:1, :2], 1, 1, valid=words)[0]  # (h,)
+    expected = stripe_score(A[:1, :2], -1, 1, valid=words)[0]  # (h,)
     assert_close(roles.previous_token_score(heads, mask), expected, rtol=0, atol=1e-6)
     b, i = torch.tensor([0] * 4 + [1] * 2), torch.tensor([2, 3, 4, 5, 2, 3])  # the word pairs
     by_hand = heads[:, b, i, i - 1].mean(-1)  # (h,)
@@ -92,7 +94,7 @@ def test_previous_token_score_is_defined_once():
     ids = torch.randint(0, 50, (2, 9), generator=gen)
     with torch.no_grad():
         _, weights = model(ids, need_weights=True)
-    expected = stripe_score(torch.stack(weights), 1, 2)  # (L, h)
+    expected = stripe_score(torch.stack(weights), -1, 2)  # (L, h)
     assert_close(induction.previous_token_score(model, ids, 2), expected, rtol=0, atol=0)
 
 
@@ -100,9 +102,9 @@ def test_the_toys_head_scores_are_stripes_of_the_second_copy():
     T, N = 4, 11  # the block repeated, then 3 tokens more
     A = torch.rand(2, 3, N, N, generator=torch.Generator().manual_seed(1))  # (B, h, N, N)
     block = A[None, :, :, : 2 * T, : 2 * T]  # (1, B, h, 2T, 2T)
-    assert_close(previous_token_score(A), stripe_score(A[None], 1, 1)[0], rtol=0, atol=1e-6)
-    assert_close(induction_score(A, T), stripe_score(block, T - 1, T)[0], rtol=0, atol=1e-6)
-    assert_close(duplicate_token_score(A, T), stripe_score(block, T, T)[0], rtol=0, atol=1e-6)
+    assert_close(previous_token_score(A), stripe_score(A[None], -1, 1)[0], rtol=0, atol=1e-6)
+    assert_close(induction_score(A, T), stripe_score(block, 1 - T, T)[0], rtol=0, atol=1e-6)
+    assert_close(duplicate_token_score(A, T), stripe_score(block, -T, T)[0], rtol=0, atol=1e-6)
     assert previous_token_score(A[0, 0]).shape == ()  # one (N, N) matrix: a scalar
 
 
