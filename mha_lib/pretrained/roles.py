@@ -590,7 +590,7 @@ def positional_scores(model: MiniLMEncoder, N: int = 32) -> Tensor:
         for layer in model.layers:
             attn = layer.self_attn
             x = P[None]  # (1, N, C)
-            q, k, _ = attn._project(x, x, x)  # (1, h, N, d_k) each: P W^h + b^h
+            q, k, _ = attn.project(x)  # (1, h, N, d_k) each: P W^h + b^h
             scores.append(q[0] @ k[0].transpose(1, 2) / math.sqrt(attn.head_dim))  # (h, N, N)
     return torch.stack(scores)  # (layers, h, N, N)
 
