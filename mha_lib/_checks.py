@@ -84,11 +84,14 @@ def check_num_heads(num_heads, width: int, name: str, what: str) -> None:
         )
 
 
-def check_int(value, name: str, minimum: int = 1) -> int:
+def check_int(value, name: str, minimum: int = 1, *, numpy: bool = False) -> int:
     """Return `value` if it is an int (not a bool) of at least `minimum`, else raise.
 
-    TypeError for anything that is not an int, ValueError for one below `minimum`.
+    TypeError for anything that is not an int, ValueError for one below `minimum`. With
+    `numpy=True` a numpy integer is taken too and returned as an int (sizes read off arrays).
     """
+    if numpy and isinstance(value, np.integer):
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int; got {type(value).__name__}")
     if value < minimum:

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from ._checks import as_float_array, check_mask, check_min_ndim
+from ._checks import as_float_array, check_int, check_mask, check_min_ndim
 
 
 def scaled_dot_product_attention(q, k, v, mask=None) -> tuple[np.ndarray, np.ndarray]:
@@ -87,10 +87,7 @@ def self_attention(X) -> tuple[np.ndarray, np.ndarray]:
 
 def causal_mask(N: int) -> np.ndarray:
     """(N, N) boolean mask, True on and below the diagonal: token i sees tokens 0..i."""
-    if isinstance(N, bool) or not isinstance(N, (int, np.integer)):
-        raise TypeError(f"N must be an int; got {type(N).__name__}")
-    if N < 1:
-        raise ValueError(f"N must be at least 1; got {N}")
+    N = check_int(N, "N", numpy=True)
     return np.tril(np.ones((N, N), dtype=bool))
 
 

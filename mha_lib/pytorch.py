@@ -231,7 +231,7 @@ class MultiHeadAttention(nn.Module):
             self, query, key, value, key_padding_mask, attn_mask, head_mask
         )  # (B, L, E), (B, S, kdim), (B, S, vdim); (B, 1, 1, S), (1|B, 1|h, L, S), (1|B, h, 1, 1)
 
-        q, k, v = self._project(query, key, value)  # (B, h, L, d), (B, h, S, d), (B, h, S, d)
+        q, k, v = self.project(query, key, value)  # (B, h, L, d), (B, h, S, d), (B, h, S, d)
         heads, weights = self._attend(q, k, v, am, kpm, is_causal, need_weights)  # (B, h, L, d)
         if hm is not None:
             heads = heads * hm  # (B, h, L, d) * (1|B, h, 1, 1): scale or remove heads
@@ -239,12 +239,20 @@ class MultiHeadAttention(nn.Module):
 
         return self._as_given(out, weights, batched, average_attn_weights)
 
-    def _project(self, query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """q = query W_q, k = key W_k, v = value W_v, each split into h heads.
+    def project(
+        self, query: Tensor, key: Tensor | None = None, value: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """q = query W_q, k = key W_k, v = value W_v, each split into h heads: what the heads
+        attend with (public, as `GroupedQueryAttention.project`, for the measures that read
+        q and k, notebook 05's positional scores).
 
         query (B, L, E), key (B, S, kdim), value (B, S, vdim) -> q (B, h, L, d),
-        k (B, h, S, d), v (B, h, S, d). torch stores each W transposed, (out, in).
+        k (B, h, S, d), v (B, h, S, d); key defaults to query and value to key, as in
+        `forward`. Batch first, unchecked (`forward` checks its inputs). torch stores each W
+        transposed, (out, in).
         """
+        key = query if key is None else key
+        value = key if value is None else value
         if self._qkv_same_embed_dim:
             w_q, w_k, w_v = self.in_proj_weight.chunk(3)  # [W_q; W_k; W_v] (3E, E) -> 3 x (E, E)
         else:

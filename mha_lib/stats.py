@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from ._checks import check_int
+
 __all__ = [
     "bootstrap_interval",
     "prediction_interval",
@@ -170,8 +172,7 @@ def bootstrap_interval(
         )
     if not 0 < level < 1:
         raise ValueError(f"level = {level!r}; expected a probability such as 0.95")
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 100:
-        raise ValueError(f"resamples = {resamples!r}; expected an int >= 100")
+    check_int(resamples, "resamples", 100)
     n = x.shape[0]
     draws = np.random.default_rng(seed).integers(0, n, size=(resamples, n))  # (resamples, n)
     values = np.array([float(statistic(x[idx])) for idx in draws])  # (resamples,)

@@ -58,8 +58,12 @@ def run_your_own_file_cell(path: Path) -> str:
     notebook = ROOT / "notebooks" / "15_the_attention_of_the_models_you_run.ipynb"
     (source,) = [s for _, s in code_cells(notebook) if "MY_GGUF = None" in s]
     source = source.replace("MY_GGUF = None", f"MY_GGUF = {str(path)!r}", 1)
-    namespace = {"torch": torch, "generate": generate, "load_gguf": load_gguf,
-                 "differences": differences}  # fmt: skip
+    namespace = {
+        "torch": torch,
+        "generate": generate,
+        "load_gguf": load_gguf,
+        "differences": differences,
+    }
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(source, str(notebook), "exec"), namespace)

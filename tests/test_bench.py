@@ -209,8 +209,21 @@ def test_rope_benchmark_runs_on_tiny_sizes(tmp_path):
 def test_llm_benchmark_runs_on_tiny_sizes(tmp_path):
     """Our decoder alone (transformers' load takes a minute): a short prefill and decode."""
     path = tmp_path / "llm.json"
-    cmd = [sys.executable, "-m", "mha_lib.bench", "llm", "--no-reference", "--prompt-len", "8",
-           "--new-tokens", "3", "--repeats", "1", "--json", str(path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mha_lib.bench",
+        "llm",
+        "--no-reference",
+        "--prompt-len",
+        "8",
+        "--new-tokens",
+        "3",
+        "--repeats",
+        "1",
+        "--json",
+        str(path),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "tokens/s with the KV cache" in result.stdout
@@ -225,9 +238,23 @@ def test_llm_benchmark_runs_gemma3_on_tiny_sizes(tmp_path):
     if not GEMMA_INSTALLED:
         pytest.skip("the gemma3 packages are not installed")
     path = tmp_path / "llm.json"
-    cmd = [sys.executable, "-m", "mha_lib.bench", "llm", "--model", "gemma3", "--no-reference",
-           "--prompt-len", "8", "--new-tokens", "3", "--repeats", "1",
-           "--json", str(path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mha_lib.bench",
+        "llm",
+        "--model",
+        "gemma3",
+        "--no-reference",
+        "--prompt-len",
+        "8",
+        "--new-tokens",
+        "3",
+        "--repeats",
+        "1",
+        "--json",
+        str(path),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Gemma 3 270M" in result.stdout
@@ -240,9 +267,28 @@ def test_deltanet_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
     positive, and --markdown prints docs/benchmarks.md's two tables from the JSON."""
     pytest.importorskip("torch")
     path = tmp_path / "deltanet.json"
-    cmd = [sys.executable, "-m", "mha_lib.bench", "deltanet", "--shape", "1", "2", "40", "8",
-           "--chunk-size", "8", "--decode-sizes", "16", "64", "--repeats", "1", "--threads", "1",
-           "--json", str(path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mha_lib.bench",
+        "deltanet",
+        "--shape",
+        "1",
+        "2",
+        "40",
+        "8",
+        "--chunk-size",
+        "8",
+        "--decode-sizes",
+        "16",
+        "64",
+        "--repeats",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        str(path),
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "chunked is" in result.stdout and "one decoding step" in result.stdout
@@ -263,6 +309,7 @@ def test_deltanet_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
     assert main(["deltanet", "--markdown", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| the whole sequence, N = 40, h = 2, d = 8, 1 thread |")
-    assert any(line.startswith("| step by step at h = 1, d = 2 (per-call overhead) |")
-               for line in lines)  # fmt: skip
+    assert any(
+        line.startswith("| step by step at h = 1, d = 2 (per-call overhead) |") for line in lines
+    )
     assert lines[-3].startswith("| 64 |") and "per-call overhead" in lines[-1]

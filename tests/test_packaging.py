@@ -18,8 +18,10 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 EXTRAS = PYPROJECT["project"]["optional-dependencies"]
 # modules that come with a declared distribution, under names of their own (the Binder walk,
 # `mha_lib.bench binder`, drives kernels with jupyterlab's own client and notebook format)
-COMES_WITH = {"jupyterlab": {"jupyter_client", "nbclient", "nbformat", "IPython"},
-              "ipywidgets": {"IPython"}}  # fmt: skip
+COMES_WITH = {
+    "jupyterlab": {"jupyter_client", "nbclient", "nbformat", "IPython"},
+    "ipywidgets": {"IPython"},
+}
 
 
 def pinned(name: str) -> dict[str, Requirement]:

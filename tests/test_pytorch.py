@@ -816,7 +816,7 @@ def test_head_mask_zero_removes_exactly_that_heads_columns(need_weights):
         x, need_weights=need_weights, average_attn_weights=False, head_mask=hm
     )
     # by hand: the concatenated heads with head 1's block zeroed, then W_o
-    q, k, v = m._project(x, x, x)  # (B, h, N, d)
+    q, k, v = m.project(x)  # (B, h, N, d)
     heads = torch.softmax(q @ k.transpose(-2, -1) / (E // H) ** 0.5, dim=-1) @ v
     heads[:, 1] = 0.0
     by_hand = m.out_proj(heads.transpose(1, 2).reshape(3, 5, E))
@@ -894,3 +894,18 @@ def test_explicit_attention_names_bad_input():
         explicit_attention(torch.ones(1, 2, 3, 4, dtype=torch.long), k, v)
     with pytest.raises(ValueError, match=r"v has shape \(5,\)"):
         explicit_attention(q, k, torch.randn(5))
+
+
+def test_project_is_what_the_heads_attend_with():
+    """`project`, public for the measures that read q and k (notebook 05's positional scores):
+    the forward pass is softmax(q kᵀ/√d) v of its q, k, v, merged and projected by W_o."""
+    torch.manual_seed(0)
+    m = MultiHeadAttention(E, H, dtype=torch.float64, batch_first=True, bias=True)
+    x = torch.randn(3, 5, E, dtype=torch.float64)
+    q, k, v = m.project(x)  # (B, h, N, d)
+    assert q.shape == k.shape == v.shape == (3, H, 5, E // H)
+    for got, want in zip(m.project(x, x, x), (q, k, v)):
+        assert_close(got, want, rtol=0, atol=0)
+    heads = torch.softmax(q @ k.transpose(-2, -1) / (E // H) ** 0.5, dim=-1) @ v
+    by_hand = m.out_proj(heads.transpose(1, 2).reshape(3, 5, E))
+    assert_close(m(x)[0], by_hand, rtol=0, atol=1e-12)

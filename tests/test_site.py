@@ -196,7 +196,7 @@ def _widget_notebook() -> nbformat.NotebookNode:
         "box": {"model_name": "VBoxModel", "state": {"children": ["IPY_MODEL_out"]}},
         "out": {"model_name": "OutputModel", "state": {"outputs": [{"data": {"image/png": png}}]}},
         "slider": {"model_name": "IntSliderModel", "state": {"value": 3}},
-    }  # fmt: skip
+    }
     nb = nbformat.v4.new_notebook()
     nb.metadata["widgets"] = {series_site.WIDGET_STATE: {"state": state}}
     for model in ("box", "slider"):
@@ -204,8 +204,11 @@ def _widget_notebook() -> nbformat.NotebookNode:
         cell = nbformat.v4.new_code_cell("w")
         cell.outputs = [nbformat.v4.new_output("execute_result", data=data, execution_count=1)]
         nb.cells.append(cell)
-    nb.cells.append(nbformat.v4.new_code_cell("print(1)", outputs=[
-        nbformat.v4.new_output("stream", name="stdout", text="1\n")]))  # fmt: skip
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            "print(1)", outputs=[nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+        )
+    )
     return nb
 
 

@@ -211,5 +211,7 @@ def test_bootstrap_interval_rejects_what_has_no_interval():
         bootstrap_interval(0.3)
     with pytest.raises(ValueError, match="level"):
         bootstrap_interval([0.3, 0.4], level=95)
-    with pytest.raises(ValueError, match="resamples"):
+    with pytest.raises(ValueError, match="resamples must be at least 100; got 10"):
         bootstrap_interval([0.3, 0.4], resamples=10)
+    with pytest.raises(TypeError, match="resamples must be an int; got float"):
+        bootstrap_interval([0.3, 0.4], resamples=1e3)

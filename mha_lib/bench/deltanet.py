@@ -275,9 +275,13 @@ def main(argv=None) -> int:
         f"B = {B}, h = {h}, d_k = d_v = {d}; medians of {args.repeats} interleaved rounds"
     )
     sequence, S = bench_sequence(B, h, N, d, args.chunk_size, device, args.repeats)
-    numbers = {"device": str(device), "torch": torch.__version__,
-               "threads": torch.get_num_threads(), "sequence": sequence,
-               "decode": bench_decode(S, args.decode_sizes, device, args.repeats)}  # fmt: skip
+    numbers = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "sequence": sequence,
+        "decode": bench_decode(S, args.decode_sizes, device, args.repeats),
+    }
     report(numbers)
     if args.json:
         with open(args.json, "w") as f:

@@ -102,8 +102,10 @@ def bench(sizes, heads: int, device, repeats: int = 5) -> list[dict]:
 
 
 def print_rows(rows: list[dict]) -> None:
-    print("| m | ms: rebuild | expanded | absorbed | expanded / absorbed | rebuild / absorbed | "
-          "MiB read: expanded → absorbed | FLOPs: absorbed / expanded |")  # fmt: skip
+    print(
+        "| m | ms: rebuild | expanded | absorbed | expanded / absorbed | rebuild / absorbed | "
+        "MiB read: expanded → absorbed | FLOPs: absorbed / expanded |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
@@ -134,6 +136,14 @@ def main(argv=None) -> int:
     print_rows(rows)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": str(device), "torch": torch.__version__, "heads": args.heads,
-                       "rows": rows}, f, indent=1)  # fmt: skip
+            json.dump(
+                {
+                    "device": str(device),
+                    "torch": torch.__version__,
+                    "heads": args.heads,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
     return 0

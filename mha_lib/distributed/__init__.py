@@ -8,7 +8,7 @@ split by heads is notebook 12's (`mha_lib.nn.decoder`, read by `mha_lib.llm`): S
 all 30 layers, over 3 processes, each reading only its third of the GGUF file.
 
 Read first: `launch` (how P processes are started, joined in a group, and ended when one
-fails, about 250 lines), then `collectives` (the four collectives, and the ring all-reduce
+fails, about 400 lines), then `collectives` (the four collectives, and the ring all-reduce
 written with point-to-point messages so that its bytes can be counted), then `ring` or
 `tensor_parallel` (with `weights`).
 

@@ -150,8 +150,9 @@ def start_ring_pass(send: Tensor, receive: Tensor, tag: int = 0) -> list:
     return dist.batch_isend_irecv(ops)
 
 
-def finish_ring_pass(requests, send: Tensor, receive: Tensor, traffic: Traffic | None,
-                     op: str) -> None:  # fmt: skip
+def finish_ring_pass(
+    requests, send: Tensor, receive: Tensor, traffic: Traffic | None, op: str
+) -> None:
     """Wait for a pass started by `start_ring_pass`; count its bytes in `traffic` under `op`."""
     for request in requests:
         request.wait()

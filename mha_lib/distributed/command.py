@@ -46,9 +46,11 @@ def _parser() -> argparse.ArgumentParser:
         "--world-size", type=int, default=3, help="processes to start (not under torchrun)"
     )
     p.add_argument(
-        "--tokens", type=int, default=None, help="ring: sequence length N (37); smollm2: "
-        "tokens to generate (8)"
-    )  # fmt: skip
+        "--tokens",
+        type=int,
+        default=None,
+        help="ring: sequence length N (37); smollm2: tokens to generate (8)",
+    )
     p.add_argument("--prompt", default=PROMPT, help="smollm2: the text to continue")
     p.add_argument("--causal", action="store_true", help="ring: causal (zigzag layout)")
     p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"))

@@ -327,9 +327,14 @@ def ring_attention_backward_rank(
                 if kind == "skipped":
                     continue
                 dq_ab, dk_ab, dv_ab = flash_attention_backward(
-                    do_parts[i], q_parts[i], k_parts[j], v_parts[j], o_parts[i], lse_parts[i],
+                    do_parts[i],
+                    q_parts[i],
+                    k_parts[j],
+                    v_parts[j],
+                    o_parts[i],
+                    lse_parts[i],
                     is_causal=kind == "diagonal",
-                )  # fmt: skip
+                )
                 dq_parts[i] += dq_ab
                 dk_parts[j] += dk_ab
                 dv_parts[j] += dv_ab
@@ -340,8 +345,12 @@ def ring_attention_backward_rank(
         if t < P - 1:
             finish_ring_pass(requests, kv, incoming, traffic, "kv")
             kv = incoming
-    return {"dq": dq.cpu(), "dk": dkv[..., :d_k].cpu(), "dv": dkv[..., d_k:].cpu(),
-            "traffic": traffic}  # fmt: skip
+    return {
+        "dq": dq.cpu(),
+        "dk": dkv[..., :d_k].cpu(),
+        "dv": dkv[..., d_k:].cpu(),
+        "traffic": traffic,
+    }
 
 
 def ring_attention_grad_rank(
@@ -436,8 +445,10 @@ def rank_calls(
     _check_length(N, world_size, "N")
     _check_length(M, world_size, "M")
     if do is not None and do.shape != (*q.shape[:3], v.shape[3]):
-        raise ValueError(f"do has shape {tuple(do.shape)}; expected (B, h, N, d_v) = "
-                         f"{(*q.shape[:3], v.shape[3])}, the output's")  # fmt: skip
+        raise ValueError(
+            f"do has shape {tuple(do.shape)}; expected (B, h, N, d_v) = "
+            f"{(*q.shape[:3], v.shape[3])}, the output's"
+        )
     tensors = (q, k, v) if do is None else (q, k, v, do)
     blocks = zip(*(split_sequence(x.detach().cpu(), world_size, layout) for x in tensors))
     return [(worker, (*b, N, M, is_causal, layout)) for b in blocks]  # rank r: its chunks only

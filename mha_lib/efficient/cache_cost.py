@@ -153,4 +153,4 @@ MODELS: dict[str, CacheConfig] = {
             native_context=131_072,
         ),
     )
-}  # fmt: skip
+}  # fmt: skip  # a table: one model, its sizes on a line

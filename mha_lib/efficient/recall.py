@@ -101,7 +101,7 @@ VARIANTS: dict[int, dict[str, dict]] = {
             "kind": "mla", "num_heads": 4, "kv_lora_rank": 24, "rope_dim": 8, "head_dim": 16
         },
     },
-}  # fmt: skip
+}  # fmt: skip  # a table: one variant a line
 
 
 def differences(cfg: dict) -> dict:
@@ -174,8 +174,10 @@ class _Block(nn.Module):
         elif mask is None:  # a causal token mixer of another kind (notebook 16's state rules)
             a = self.attn(y)
         else:
-            raise ValueError(f"a mask is given but the layer is a {type(self.attn).__name__}, "
-                             "which mixes causally and takes no mask")  # fmt: skip
+            raise ValueError(
+                f"a mask is given but the layer is a {type(self.attn).__name__}, "
+                "which mixes causally and takes no mask"
+            )
         x = x + a
         return x + self.mlp(self.norm2(x))
 
@@ -206,8 +208,15 @@ class RecallModel(nn.Module):
     called as mixer(x) and must be causal itself.
     """
 
-    def __init__(self, cfg: dict, vocab: int, max_len: int, d_model: int = 64, layers: int = 2,
-                 make_mixer=attention_layer):  # fmt: skip
+    def __init__(
+        self,
+        cfg: dict,
+        vocab: int,
+        max_len: int,
+        d_model: int = 64,
+        layers: int = 2,
+        make_mixer=attention_layer,
+    ):
         super().__init__()
         self.cfg = dict(cfg)
         self.embed = nn.Embedding(vocab, d_model)

@@ -90,6 +90,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from torch import Tensor  # noqa: E402
 
+from .._checks import check_int  # noqa: E402
 from ..nn.flash import causal_key_end  # noqa: E402  (pure Python, shared with notebook 08)
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
@@ -300,10 +301,15 @@ def backward_cost(
     a tile count, for bytes and FLOPs alike. Caches between HBM and the chip (a GPU's L2,
     where atomics are resolved) are not modelled: this is what the kernels ask for.
     """
-    for name, value in (("N", N), ("M", M), ("d", d), ("block_q", block_q),
-                        ("block_k", block_k), ("bytes_per_number", bytes_per_number)):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
+    for name, value in (
+        ("N", N),
+        ("M", M),
+        ("d", d),
+        ("block_q", block_q),
+        ("block_k", block_k),
+        ("bytes_per_number", bytes_per_number),
+    ):
+        check_int(value, name)
     if design not in BACKWARD_DESIGNS:
         raise ValueError(f"design must be one of {BACKWARD_DESIGNS}; got {design!r}")
     if causal not in CAUSAL:
@@ -323,8 +329,9 @@ def backward_cost(
     prepass = 2 * N * d * e + N * f32  # O and dO in, D out
     if design == "atomic":
         extra = N * d * f32 + (N * d * f32 + N * d * e)  # zero the buffer; convert it to dQ
-        return dict(flops=5 * 2 * pairs * d, exps=pairs, bytes=prepass + key_side + extra,
-                    launches=3)  # fmt: skip
+        return dict(
+            flops=5 * 2 * pairs * d, exps=pairs, bytes=prepass + key_side + extra, launches=3
+        )
     query_side, pairs_q = 0, 0  # the dQ kernel: Q, dO, L, D in, dQ out once; K, V per tile
     for start_q in range(0, N, block_q):
         rows = min(block_q, N - start_q)
@@ -333,8 +340,12 @@ def backward_cost(
             keys = min(block_k, M - start_k)
             pairs_q += rows * keys
             query_side += 2 * keys * d * e
-    return dict(flops=2 * (4 * pairs + 3 * pairs_q) * d, exps=pairs + pairs_q,
-                bytes=prepass + key_side + query_side, launches=3)  # fmt: skip
+    return dict(
+        flops=2 * (4 * pairs + 3 * pairs_q) * d,
+        exps=pairs + pairs_q,
+        bytes=prepass + key_side + query_side,
+        launches=3,
+    )
 
 
 def default_blocks(d: int, kernel: str = "forward", interpreted: bool | None = None) -> tuple:
@@ -367,7 +378,7 @@ def _fwd_kernel(
     h, N, M, offset, qk_scale,  # qk_scale = log2(e) / sqrt(d)
     D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
     IS_CAUSAL: tl.constexpr, COUNT: tl.constexpr, PREC: tl.constexpr,
-):  # fmt: skip
+):  # fmt: skip  # a row of arguments per tensor
     pid_q = tl.program_id(0)  # which block of queries
     pid_bh = tl.program_id(1)  # which (batch, head)
     b, hh = pid_bh // h, pid_bh % h
@@ -436,7 +447,7 @@ def _forward(q, k, v, causal, block_q, block_k, counts=None):
         D=d, BLOCK_Q=block_q, BLOCK_K=block_k,
         IS_CAUSAL=causal is not None, COUNT=counts is not None, PREC=_precision(q),
         **_launch_options(d, block_q),
-    )  # fmt: skip
+    )  # fmt: skip  # the kernel signature's rows
     return o, lse
 
 
@@ -482,7 +493,7 @@ def _bwd_dkdv_kernel(
     D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, IS_CAUSAL: tl.constexpr,
     COUNT: tl.constexpr,  # count the query tiles visited (for ta.tiles_loaded), else nothing
     PREC: tl.constexpr,  # "ieee": float32 products in full float32, not TF32
-):  # fmt: skip
+):  # fmt: skip  # a row of arguments per kind
     pid_k = tl.program_id(0)  # (1) this program owns one block of keys ...
     pid_bh = tl.program_id(1)  # ... of one (batch, head)
     keys = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)  # (BLOCK_K,)
@@ -537,7 +548,7 @@ def _bwd_dq_kernel(
     N, M, offset, sm_scale,
     D: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, IS_CAUSAL: tl.constexpr,
     COUNT: tl.constexpr, PREC: tl.constexpr,
-):  # fmt: skip
+):  # fmt: skip  # the rows of _bwd_dkdv_kernel
     pid_q = tl.program_id(0)  # (1) this program owns one block of queries
     pid_bh = tl.program_id(1)
     rows = pid_q * BLOCK_Q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,)
@@ -674,9 +685,11 @@ def _check_tensor(x, name: str, dims: int) -> None:
 
 def _check_inputs(q, k, v, causal):
     """The inputs, contiguous, or a TypeError/ValueError naming the argument."""
-    allowed = (torch.float32, torch.float16) if INTERPRETED else (
-        torch.float32, torch.float16, torch.bfloat16
-    )  # fmt: skip
+    allowed = (
+        (torch.float32, torch.float16)
+        if INTERPRETED
+        else (torch.float32, torch.float16, torch.bfloat16)
+    )
     for name, x in (("q", q), ("k", k), ("v", v)):
         _check_tensor(x, name, 4)
         if x.dtype not in allowed:
@@ -722,8 +735,7 @@ def _blocks(d: int, block_q, block_k, which: str) -> tuple[int, int]:
     block_q = default[0] if block_q is None else block_q
     block_k = default[1] if block_k is None else block_k
     for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(b, bool) or not isinstance(b, int):
-            raise TypeError(f"{name} must be an int; got {type(b).__name__}")
-        if b < 16 or b & (b - 1):
+        check_int(b, name, 16)  # tl.dot's smallest tile
+        if b & (b - 1):
             raise ValueError(f"{name} must be a power of two, at least 16 (tl.dot); got {b}")
     return block_q, block_k

@@ -53,6 +53,18 @@ from .nb16 import *  # noqa: F403
 from .nb16 import __all__ as _nb16
 
 __all__ = [
-    *_nb00, *_nb01, *_nb02, *_nb03, *_nb03b, *_nb05, *_nb06, *_nb07, *_nb11, *_nb12, *_nb13, *_nb14,
-    *_nb15, *_nb16,
-]  # fmt: skip
+    *_nb00,
+    *_nb01,
+    *_nb02,
+    *_nb03,
+    *_nb03b,
+    *_nb05,
+    *_nb06,
+    *_nb07,
+    *_nb11,
+    *_nb12,
+    *_nb13,
+    *_nb14,
+    *_nb15,
+    *_nb16,
+]

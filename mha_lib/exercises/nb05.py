@@ -62,19 +62,41 @@ def _score_mistakes(A, mask) -> list[tuple[str, float]]:
     T = A.shape[-1]
     ranges = {  # (first query, last query + 1 as a function of n and T): what goes wrong
         "words": (2, lambda n: n - 1, None),
-        "cls": (1, lambda n: n - 1, "the first word's weight on [CLS] is counted: [CLS] is not "
-                "the previous WORD, so start at the second word (position 2)"),
-        "sep": (2, lambda n: n, "[SEP] is counted as a query: stop at the last word "
-                "(position n - 2)"),
-        "cls+sep": (1, lambda n: n, "[CLS] and [SEP] are counted: keep only real words as "
-                    "query and key (positions 2 .. n - 2)"),
-        "pad": (2, lambda n: T - 1, "the padding is ignored: every sentence has its own "
-                "length n_b = attention_mask[b].sum(), so stop at each sentence's last word"),
-        "pad+sep": (2, lambda n: T, "the padding is counted: use attention_mask (1 = real "
-                    "token) to keep each sentence's own tokens"),
-        "all": (1, lambda n: T, "[CLS], [SEP] and padding are all counted: keep only real "
-                "words as query and key"),
-    }  # fmt: skip
+        "cls": (
+            1,
+            lambda n: n - 1,
+            "the first word's weight on [CLS] is counted: [CLS] is not "
+            "the previous WORD, so start at the second word (position 2)",
+        ),
+        "sep": (
+            2,
+            lambda n: n,
+            "[SEP] is counted as a query: stop at the last word (position n - 2)",
+        ),
+        "cls+sep": (
+            1,
+            lambda n: n,
+            "[CLS] and [SEP] are counted: keep only real words as "
+            "query and key (positions 2 .. n - 2)",
+        ),
+        "pad": (
+            2,
+            lambda n: T - 1,
+            "the padding is ignored: every sentence has its own "
+            "length n_b = attention_mask[b].sum(), so stop at each sentence's last word",
+        ),
+        "pad+sep": (
+            2,
+            lambda n: T,
+            "the padding is counted: use attention_mask (1 = real "
+            "token) to keep each sentence's own tokens",
+        ),
+        "all": (
+            1,
+            lambda n: T,
+            "[CLS], [SEP] and padding are all counted: keep only real words as query and key",
+        ),
+    }
     offsets = {
         -1: None,
         +1: "this is the NEXT-token score (A[b, i, i+1], or A[b, i-1, i]): rows are queries, "

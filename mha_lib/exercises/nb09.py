@@ -339,8 +339,10 @@ def check_causal_key_end(fn):
         if problem is not None:
             return problem
         got[case] = ends
-    right = {c: [ta.causal_key_end(s, c[2], c[0], c[1], c[4]) for s in range(0, c[0], c[2])]
-             for c in _CASES}  # fmt: skip
+    right = {
+        c: [ta.causal_key_end(s, c[2], c[0], c[1], c[4]) for s in range(0, c[0], c[2])]
+        for c in _CASES
+    }
     wrong_cases = [c for c in _CASES if got[c] != right[c]]
     if not wrong_cases:
         return None
@@ -401,10 +403,24 @@ def _backward_case():
 
 
 def _tile_grads(
-    q_i, k_j, v_j, do_i, lse_i, delta_i, *, p_from="lse", scale_p="1/√d",
-    grads_times="1/√d", dq_times=None, dk_times=None, dv_times="1", ds_form="right",
-    dv_from="p", dp_with="v", dq_with="k",
-):  # fmt: skip
+    q_i,
+    k_j,
+    v_j,
+    do_i,
+    lse_i,
+    delta_i,
+    *,
+    p_from="lse",
+    scale_p="1/√d",
+    grads_times="1/√d",
+    dq_times=None,
+    dk_times=None,
+    dv_times="1",
+    ds_form="right",
+    dv_from="p",
+    dp_with="v",
+    dq_with="k",
+):
     """One tile's (dq_i, dk_j, dv_j), and the usual mistakes (float64)."""
     scale = 1.0 / math.sqrt(q_i.shape[-1])
     factor = {"1/√d": scale, "1": 1.0, "√d": 1.0 / scale}

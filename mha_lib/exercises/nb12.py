@@ -241,8 +241,13 @@ def _top_p_mistakes(z: np.ndarray, p: float) -> dict[str, np.ndarray]:
     sz = np.take_along_axis(z, order, -1)
     asc = np.argsort(probs, axis=-1, kind="stable")
     asc_keep = np.zeros_like(right_keep)
-    np.put_along_axis(asc_keep, asc, (np.cumsum(np.take_along_axis(probs, asc, -1), -1)
-                                      - np.take_along_axis(probs, asc, -1)) < p, -1)  # fmt: skip
+    np.put_along_axis(
+        asc_keep,
+        asc,
+        (np.cumsum(np.take_along_axis(probs, asc, -1), -1) - np.take_along_axis(probs, asc, -1))
+        < p,
+        -1,
+    )
     return {
         "it drops the token that takes the sum past p: keep every token until the sum REACHES "
         "p, that one included (the smallest set with probability >= p)": _keep_to_logits(

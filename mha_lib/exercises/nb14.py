@@ -310,9 +310,18 @@ SPLIT = {
 }
 _WORDS = {
     "rows": ("rows", "row", "r", "rowwise", "row-wise", "row-parallel", "row parallel"),
-    "columns": ("columns", "column", "cols", "col", "c", "columnwise", "column-wise",
-                "column-parallel", "column parallel"),
-}  # fmt: skip
+    "columns": (
+        "columns",
+        "column",
+        "cols",
+        "col",
+        "c",
+        "columnwise",
+        "column-wise",
+        "column-parallel",
+        "column parallel",
+    ),
+}
 
 
 def _read_split(value) -> str | None:

@@ -27,8 +27,12 @@ import numpy as np
 
 from ._base import Note, as_array, checker, diagnose, mismatch, run, run_as
 
-__all__ = ["check_dequantize_q4_k", "check_layer_mask", "check_q4_k_scales",
-           "check_softcap_attention"]  # fmt: skip
+__all__ = [
+    "check_dequantize_q4_k",
+    "check_layer_mask",
+    "check_q4_k_scales",
+    "check_softcap_attention",
+]
 
 
 def q4_k_blocks(seed: int = 0) -> np.ndarray:
@@ -298,8 +302,11 @@ def check_layer_mask(fn):
                 "added to the scores before a softmax; the exercise asks for booleans, True where "
                 "query i may attend to key j"
             )
-        wrong = {k: v.astype(np.float64) for k, v in _mask_mistakes(layer_type, N, window).items()
-                 if not np.array_equal(v, right)}  # fmt: skip
+        wrong = {
+            k: v.astype(np.float64)
+            for k, v in _mask_mistakes(layer_type, N, window).items()
+            if not np.array_equal(v, right)
+        }
         case = f" ({layer_type}, N = {N}, window = {window})"
         found = diagnose(got, wrong, tol=0)
         if found:
@@ -370,24 +377,29 @@ def check_softcap_attention(fn):
             continue
         wrong = {
             "it caps the scores after the mask: tanh turns a masked -inf into -cap, and the "
-            "query sees the future; cap first, then mask": softcap_attention(q, k, v, cap,
-                                                                              "after mask"),
+            "query sees the future; cap first, then mask": softcap_attention(
+                q, k, v, cap, "after mask"
+            ),
             "it caps the weights after the softmax; the cap is a score modification, applied "
             "to s = q·k/√d before the softmax": softcap_attention(q, k, v, cap, "after softmax"),
-            "no cap: the scores must become cap·tanh(s/cap)": softcap_attention(q, k, v, cap,
-                                                                                how="none"),
+            "no cap: the scores must become cap·tanh(s/cap)": softcap_attention(
+                q, k, v, cap, how="none"
+            ),
             "a hard clamp to [-cap, cap]; the soft cap is cap·tanh(s/cap), smooth and below cap "
             "in size everywhere": softcap_attention(q, k, v, cap, how="clamp"),
             "tanh(s/cap) without the factor cap: the capped scores lie in (-1, 1) and attention "
             "is nearly uniform; multiply by cap": softcap_attention(q, k, v, cap, how="no c"),
             "cap·tanh(s): divide the scores by cap inside the tanh": softcap_attention(
-                q, k, v, cap, how="no divide"),
-            "it caps q·k before dividing by √d; Gemma 2 caps the scaled score s = q·k/√d":
-                softcap_attention(q, k, v, cap, "before scaling"),
+                q, k, v, cap, how="no divide"
+            ),
+            "it caps q·k before dividing by √d; Gemma 2 caps the scaled score "
+            "s = q·k/√d": softcap_attention(q, k, v, cap, "before scaling"),
             "the scores are not divided by √d: s = q·k/√d": softcap_attention(
-                q * np.sqrt(q.shape[-1]), k, v, cap),
-        }  # fmt: skip
-        found = diagnose(got, {m: w for m, w in wrong.items() if not np.allclose(w, right)},
-                         tol=1e-4)  # fmt: skip
+                q * np.sqrt(q.shape[-1]), k, v, cap
+            ),
+        }
+        found = diagnose(
+            got, {m: w for m, w in wrong.items() if not np.allclose(w, right)}, tol=1e-4
+        )
         return found or mismatch(got, right, "softmax(mask(cap·tanh(q·kᵀ/√d / cap))) · v")
     return Note(note) if note else None

@@ -176,10 +176,14 @@ def check_delta_step(fn):
     for seed in (0, 1, 2):
         S, k, v, _, beta = _step_inputs(seed)
         problem, note = _judge(
-            fn, (S, k, v, beta), ("S", "k", "v", "beta"), (D_K, D_V),
-            delta_step_reference(S, k, v, beta), _delta_mistakes(S, k, v, beta),
+            fn,
+            (S, k, v, beta),
+            ("S", "k", "v", "beta"),
+            (D_K, D_V),
+            delta_step_reference(S, k, v, beta),
+            _delta_mistakes(S, k, v, beta),
             "S + β k (v − Sᵀk)ᵀ",
-        )  # fmt: skip
+        )
         if problem:
             return _square_delta(fn) or problem
         verdicts.append((problem, note))
@@ -238,10 +242,14 @@ def check_gated_step(fn):
     for seed in (0, 1, 2):
         S, k, v, g, beta = _step_inputs(seed)
         problem, note = _judge(
-            fn, (S, k, v, g, beta), ("S", "k", "v", "g", "beta"), (D_K, D_V),
-            gated_step_reference(S, k, v, g, beta), _gated_mistakes(S, k, v, g, beta),
+            fn,
+            (S, k, v, g, beta),
+            ("S", "k", "v", "g", "beta"),
+            (D_K, D_V),
+            gated_step_reference(S, k, v, g, beta),
+            _gated_mistakes(S, k, v, g, beta),
             "α S + β k (v − α Sᵀk)ᵀ with α = exp(g)",
-        )  # fmt: skip
+        )
         if problem:
             return problem
         verdicts.append((problem, note))
@@ -349,9 +357,14 @@ def check_chunk_state(fn):
         expected = chunk_state_reference(S0, K, U, g)
         mistakes = {} if seed == "strong" else _chunk_mistakes(S0, K, U, g)
         problem, note = _judge(
-            fn, (S0, K, U, g), ("S0", "K", "U", "g"), (D_K, D_V), expected, mistakes,
+            fn,
+            (S0, K, U, g),
+            ("S0", "K", "U", "g"),
+            (D_K, D_V),
+            expected,
+            mistakes,
             "exp(γ_C) S0 + (exp(γ_C − γ) ∘ K)ᵀ U with γ = cumsum(g), the state after C steps",
-        )  # fmt: skip
+        )
         if problem:
             return problem
         verdicts.append((problem, note))

@@ -135,8 +135,15 @@ class StateMixer(nn.Module):
     dt_bias), started as Mamba-2 starts them (`initial_decays`).
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, key_dim: int, value_dim: int,
-                 rule: str, chunk_size: int = N) -> None:  # fmt: skip
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        key_dim: int,
+        value_dim: int,
+        rule: str,
+        chunk_size: int = N,
+    ) -> None:
         super().__init__()
         if rule not in RULES:
             raise ValueError(f"rule = {rule!r}; expected one of {RULES}")
@@ -247,18 +254,26 @@ def gate_means(model: RecallModel, tokens: Tensor) -> list[dict]:
     for block in model.blocks:
         if isinstance(block.attn, StateMixer):
             g, beta = block.attn.gates(block.norm1(x))  # (B, h, N) each
-            out.append({
-                "decay": [round(v, 4) for v in g.exp().mean((0, 2)).tolist()],
-                "beta": [round(v, 4) for v in beta.mean((0, 2)).tolist()],
-            })  # fmt: skip
+            out.append(
+                {
+                    "decay": [round(v, 4) for v in g.exp().mean((0, 2)).tolist()],
+                    "beta": [round(v, 4) for v in beta.mean((0, 2)).tolist()],
+                }
+            )
         else:
             out.append({})
         x = block(x)
     return out
 
 
-def run_sweep(seeds=SEEDS, budgets=BUDGETS, variants=None, steps: int | None = None,
-              processes: int = 1, verbose: bool = False) -> dict:  # fmt: skip
+def run_sweep(
+    seeds=SEEDS,
+    budgets=BUDGETS,
+    variants=None,
+    steps: int | None = None,
+    processes: int = 1,
+    verbose: bool = False,
+) -> dict:
     """Train every variant (or those named) of every budget over seeds, each run on one thread
     (in `processes` worker processes); return the summary written to the file."""
     jobs = [  # seed by seed, so that the first seeds' results come first
@@ -281,8 +296,11 @@ def run_sweep(seeds=SEEDS, budgets=BUDGETS, variants=None, steps: int | None = N
 
 
 def _say(run: dict) -> None:
-    print(f"{run['budget']:>3} {run['variant']:<16} seed {run['seed']:>2}: "
-          f"{run['accuracy']:.3f} ({run['seconds']:.0f} s)", flush=True)  # fmt: skip
+    print(
+        f"{run['budget']:>3} {run['variant']:<16} seed {run['seed']:>2}: "
+        f"{run['accuracy']:.3f} ({run['seconds']:.0f} s)",
+        flush=True,
+    )
 
 
 def _one_run(job: tuple) -> dict:
@@ -385,8 +403,9 @@ def sweep_summary(sweep: dict) -> dict[tuple[int, str], dict]:
     return recall.sweep_summary(sweep)
 
 
-def extend_sweep(path: Path | str = SWEEP_FILE, seeds=SEEDS, processes: int = 2,
-                 verbose: bool = False) -> dict:  # fmt: skip
+def extend_sweep(
+    path: Path | str = SWEEP_FILE, seeds=SEEDS, processes: int = 2, verbose: bool = False
+) -> dict:
     """The cached sweep at path with the seeds it lacks trained and added: the runs it holds are
     kept as they are (each run depends on its seed only), the new ones appended, and "parts"
     says which seeds each command made, with its provenance and minutes."""
@@ -402,8 +421,9 @@ def extend_sweep(path: Path | str = SWEEP_FILE, seeds=SEEDS, processes: int = 2,
     out = {k: v for k, v in old.items() if k not in ("parts", "runs")}
     out["seeds"] = sorted(set(old["seeds"]) | set(missing))
     out["runs"] = old["runs"] + (fresh["runs"] if fresh else [])
-    out["parts"] = parts + ([{"seeds": missing, **{k: fresh[k] for k in made_by[:-1]}}]
-                            if fresh else [])  # fmt: skip
+    out["parts"] = parts + (
+        [{"seeds": missing, **{k: fresh[k] for k in made_by[:-1]}}] if fresh else []
+    )
     return out
 
 

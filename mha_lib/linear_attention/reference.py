@@ -40,15 +40,29 @@ REFERENCE_FILE = Path(str(resources.files("mha_lib") / "data" / "nb16_qwen3_5_re
 # and its partial rotary factor, every size small and no two alike (V = 61, C = 32, F = 40,
 # h = 4, h_kv = 2, d = 8, h_k = 2, h_v = 4, d_k = 8, d_v = 6)
 TINY = {
-    "model_type": "qwen3_5_text", "vocab_size": 61, "hidden_size": 32, "intermediate_size": 40,
-    "num_hidden_layers": 4, "layer_types": ["linear_attention"] * 3 + ["full_attention"],
-    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
-    "linear_value_head_dim": 6, "linear_conv_kernel_dim": 4, "max_position_embeddings": 96,
-    "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 10_000.0,
-                        "partial_rotary_factor": 0.25},
-}  # fmt: skip
+    "model_type": "qwen3_5_text",
+    "vocab_size": 61,
+    "hidden_size": 32,
+    "intermediate_size": 40,
+    "num_hidden_layers": 4,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 6,
+    "linear_conv_kernel_dim": 4,
+    "max_position_embeddings": 96,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 10_000.0,
+        "partial_rotary_factor": 0.25,
+    },
+}
 PROMPT_SEED, NEW_TOKENS = 1, 12
 
 
@@ -83,9 +97,14 @@ def make_reference() -> dict:
     ids = tiny_prompt()
     with torch.no_grad():
         logits = hf(ids, use_cache=False).logits[0]  # (10, V)
-        out = hf.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
-                          do_sample=False, output_logits=True,
-                          return_dict_in_generate=True)  # fmt: skip
+        out = hf.generate(
+            ids,
+            max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS,
+            do_sample=False,
+            output_logits=True,
+            return_dict_in_generate=True,
+        )
     top2 = torch.stack(out.logits)[:, 0].topk(2, dim=-1).values  # (T, 2)
     return {
         **provenance("python -m mha_lib.linear_attention.reference"),

@@ -81,8 +81,9 @@ def bos_stretches(tokenizer, kind: str, length: int, count: int) -> Tensor:
     return torch.cat([torch.full((count, 1), tokenizer.bos_id), stretch], dim=1)
 
 
-def stretch_losses(model: DecoderLM, batch: Tensor, window: int | None, sinks: int = 0,
-                   chunk: int = SWEEP["chunk"]) -> Tensor:  # fmt: skip
+def stretch_losses(
+    model: DecoderLM, batch: Tensor, window: int | None, sinks: int = 0, chunk: int = SWEEP["chunk"]
+) -> Tensor:
     """(B,): each stretch's mean loss under the full cache (window None) or a rolling cache of
     the last `window` tokens and the first `sinks`, keys at their text positions."""
     attention = None if window is None else streaming_attention(window, sinks, "original")
@@ -90,8 +91,15 @@ def stretch_losses(model: DecoderLM, batch: Tensor, window: int | None, sinks: i
         return token_losses(model, batch, attention, chunk=chunk).double().mean(1)
 
 
-def run_sweep(model: DecoderLM | None = None, tokenizer=None, *, kinds=None, windows=None,
-              stretches: int | None = None, verbose: bool = False) -> dict:  # fmt: skip
+def run_sweep(
+    model: DecoderLM | None = None,
+    tokenizer=None,
+    *,
+    kinds=None,
+    windows=None,
+    stretches: int | None = None,
+    verbose: bool = False,
+) -> dict:
     """Every setting on every stretch of every kind: losses[kind][setting] is a list of
     per-stretch mean losses."""
     if model is None or tokenizer is None:
@@ -109,8 +117,11 @@ def run_sweep(model: DecoderLM | None = None, tokenizer=None, *, kinds=None, win
             name = setting_name(W, S)
             row[name] = [round(float(x), 5) for x in stretch_losses(model, batch, W, S)]
             if verbose:
-                print(f"{kind:13} {name:20} {np.mean(row[name]):.4f} "
-                      f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
+                print(
+                    f"{kind:13} {name:20} {np.mean(row[name]):.4f} "
+                    f"({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
     return {
         **provenance("python -m mha_lib.llm.bos_streaming"),
         "model": "mha_lib.llm.load_gemma3() (Gemma 3 270M, Q4_K_M)",

@@ -68,9 +68,22 @@ INSTALL_HINT = MODELS["smollm2"].install_hint
 # The formats this module reads: (weights per block, bytes per block), from gguf's table.
 QUANT_FORMATS: dict[str, tuple[int, int]] = {
     name: tuple(GGML_QUANT_SIZES[GGMLQuantizationType[name]])
-    for name in ("F32", "F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0",
-                 "Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K")
-}  # fmt: skip
+    for name in (
+        "F32",
+        "F16",
+        "BF16",
+        "Q8_0",
+        "Q5_1",
+        "Q5_0",
+        "Q4_1",
+        "Q4_0",
+        "Q6_K",
+        "Q5_K",
+        "Q4_K",
+        "Q3_K",
+        "Q2_K",
+    )
+}
 
 
 def bits_per_weight(qtype: str) -> float:
@@ -287,8 +300,15 @@ _SCALARS = {
     GGUFValueType.FLOAT64: "<d",
 }
 # the tensor types stored as plain numbers (the others as blocks of bytes), as gguf's reader
-_NUMBERS = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "I8": np.int8,
-            "I16": np.int16, "I32": np.int32, "I64": np.int64}  # fmt: skip
+_NUMBERS = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "F64": np.float64,
+    "I8": np.int8,
+    "I16": np.int16,
+    "I32": np.int32,
+    "I64": np.int64,
+}
 DEFAULT_ALIGNMENT = 32  # where the tensors' data starts, unless general.alignment says
 
 

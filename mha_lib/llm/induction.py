@@ -8,9 +8,9 @@ second copy becomes predictable. The measures:
 - `random_tokens(batch, period, seed, repeated=True)`: (B, 2P) random word pieces (ids in
   `TOKEN_RANGE`), the block repeated once, or 2P fresh tokens (the null: nothing to match);
 - `stripe_score(weights, offset, start)` (`mha_lib.nn.circuits`, notebook 06's too): (L, h)
-  mean weight from every query t >= start to key t - offset, per sequence or pooled;
+  mean weight from every query t >= start to key t + offset, per sequence or pooled;
   `induction_scores(model, input_ids, period)` (offset
-  P - 1 from t >= P) and `previous_token_score(model, input_ids, start)` (offset 1);
+  1 - P from t >= P) and `previous_token_score(model, input_ids, start)` (offset -1);
 - `copy_losses(model, input_ids, period, head_mask=None)`: (B, 2) mean loss on the first copy
   (tokens 1 .. P - 1) and on the second (tokens P + 1 .. 2P - 1);
 - `head_mask_without(heads, L, h)`: ones, with 0 at the heads removed;
@@ -57,6 +57,7 @@ from torch import Tensor
 
 from ..nn.backends import attention_weights
 from ..nn.circuits import head_weights, refuse_nonlinear, stripe_score
+from ..nn.circuits import previous_token_score as _previous_token_score
 from ..nn.decoder import DecoderLM
 from ..runtime import provenance
 from .loader import load_smollm2
@@ -114,16 +115,18 @@ def induction_scores(model: DecoderLM, input_ids: Tensor, period: int) -> Tensor
     N = input_ids.shape[-1]
     if isinstance(period, bool) or not isinstance(period, int) or not 2 <= period < N:
         raise ValueError(f"period = {period!r}; expected an int with 2 <= period < N = {N}")
-    return stripe_score(_weights(model, input_ids), period - 1, period)
+    return stripe_score(_weights(model, input_ids), 1 - period, period)
 
 
 def previous_token_score(model: DecoderLM, input_ids: Tensor, start: int = 1) -> Tensor:
-    """(L, h): the mean weight from each query t >= start on the token just before it."""
-    return stripe_score(_weights(model, input_ids), 1, max(start, 1))
+    """(L, h): the mean weight from each query t >= start on the token just before it
+    (`mha_lib.nn.circuits.previous_token_score` of the model's weights on input_ids)."""
+    return _previous_token_score(_weights(model, input_ids), start)
 
 
-def copy_losses(model: DecoderLM, input_ids: Tensor, period: int,
-                head_mask: Tensor | None = None) -> Tensor:  # fmt: skip
+def copy_losses(
+    model: DecoderLM, input_ids: Tensor, period: int, head_mask: Tensor | None = None
+) -> Tensor:
     """(B, 2): each sequence's mean loss on its first copy (predicting tokens 1 .. P - 1) and
     on its second (tokens P + 1 .. 2P - 1; token P, the repeat's first, cannot be foreseen)."""
     with torch.no_grad():
@@ -142,8 +145,9 @@ def uniform_target_losses(logits: Tensor) -> Tensor:
     return torch.logsumexp(z, dim=-1) - z[..., low:high].mean(-1)
 
 
-def copy_statistics(model: DecoderLM, input_ids: Tensor, period: int,
-                    chunk: int = 4) -> dict[str, Tensor]:  # fmt: skip
+def copy_statistics(
+    model: DecoderLM, input_ids: Tensor, period: int, chunk: int = 4
+) -> dict[str, Tensor]:
     """Per sequence (B,) of a block of `period` tokens repeated once (input_ids (B, 2P)):
     "first" and "second", the mean losses of both copies as in `copy_losses`, and "uniform
     target", the mean of `uniform_target_losses` over the first copy's positions (those that
@@ -171,9 +175,10 @@ def head_mask_without(heads, num_layers: int, num_heads: int) -> Tensor:
     return mask
 
 
-def swapped_stripe(model: DecoderLM, layer: int, x_queries: Tensor, x_keys: Tensor,
-                   offset: int, start: int) -> Tensor:  # fmt: skip
-    """(h,): layer's stripe score (weight on t - offset from t >= start) when its queries come
+def swapped_stripe(
+    model: DecoderLM, layer: int, x_queries: Tensor, x_keys: Tensor, offset: int, start: int
+) -> Tensor:
+    """(h,): layer's stripe score (weight on t + offset from t >= start) when its queries come
     from the residual stream x_queries (B, N, C) and its keys from x_keys (B, N, C)."""
     block = model.layers[layer]
     positions = torch.arange(x_queries.shape[1])
@@ -252,8 +257,9 @@ def ov_circuit(model: DecoderLM, layer: int, head: int) -> Tensor:
     return V @ O  # (C, C)
 
 
-def composition_scores(model: DecoderLM, later, earlier, kind: str = "K",
-                       distance: int = 0) -> Tensor:  # fmt: skip
+def composition_scores(
+    model: DecoderLM, later, earlier, kind: str = "K", distance: int = 0
+) -> Tensor:
     """(len(later), len(earlier)): notebook 06's composition score of each later head with each
     earlier head, ‖W_QK W_OVᵀ‖_F / (‖W_QK‖_F ‖W_OV‖_F) (kind "K": the later head's keys read
     what the earlier one wrote) or ‖W_OV W_QK‖_F / (...) (kind "Q": its queries do), equal to
@@ -299,8 +305,14 @@ SWEEP = {
 SWEEP_FILE = Path(str(resources.files("mha_lib") / "data" / "nb13_induction.json"))
 
 
-def run_sweep(model: DecoderLM | None = None, verbose: bool = False, *, batch: int | None = None,
-              ks=None, draws: int | None = None) -> dict:  # fmt: skip
+def run_sweep(
+    model: DecoderLM | None = None,
+    verbose: bool = False,
+    *,
+    batch: int | None = None,
+    ks=None,
+    draws: int | None = None,
+) -> dict:
     """Scores on a selection set, a held-out set and a null set; the top-k induction heads (chosen
     on the selection set) and k random other heads removed, on the held-out set."""
     if model is None:
@@ -326,8 +338,8 @@ def run_sweep(model: DecoderLM | None = None, verbose: bool = False, *, batch: i
     for name, ids in sets.items():
         A = _weights(model, ids)
         scores[name] = {
-            "induction": stripe_score(A, P - 1, P, per_sequence=True),  # (B, L, h)
-            "previous": stripe_score(A, 1, 1, per_sequence=True),
+            "induction": stripe_score(A, 1 - P, P, per_sequence=True),  # (B, L, h)
+            "previous": _previous_token_score(A, per_sequence=True),
         }
         del A
         say(f"scores on the {name} set")
@@ -366,7 +378,7 @@ def run_sweep(model: DecoderLM | None = None, verbose: bool = False, *, batch: i
     for l0, i0 in candidates:
         mask = head_mask_without([(l0, i0)], L, h)
         A = _weights(model, held, mask)
-        after = stripe_score(A, P - 1, P)  # (L, h)
+        after = stripe_score(A, 1 - P, P)  # (L, h)
         del A
         x = layer_inputs(model, held, head_mask=mask)
         swap = {}
@@ -374,7 +386,7 @@ def run_sweep(model: DecoderLM | None = None, verbose: bool = False, *, batch: i
             for qs, ks_ in (("clean", "clean"), ("clean", "ablated"), ("ablated", "clean")):
                 xq = clean_x[l] if qs == "clean" else x[l]
                 xk = clean_x[l] if ks_ == "clean" else x[l]
-                s = float(swapped_stripe(model, l, xq, xk, P - 1, P)[i])
+                s = float(swapped_stripe(model, l, xq, xk, 1 - P, P)[i])
                 swap.setdefault(f"L{l}.H{i}", {})[f"queries {qs}, keys {ks_}"] = round(s, 5)
         feeders[f"L{l0}.H{i0}"] = {
             "induction after": [round(float(after[l, i]), 5) for l, i in top_ind],
@@ -418,8 +430,9 @@ PERIODS = {
 PERIODS_FILE = Path(str(resources.files("mha_lib") / "data" / "nb13_periods.json"))
 
 
-def run_periods(model: DecoderLM | None = None, verbose: bool = False, *, periods=None,
-                batch: int | None = None) -> dict:  # fmt: skip
+def run_periods(
+    model: DecoderLM | None = None, verbose: bool = False, *, periods=None, batch: int | None = None
+) -> dict:
     """`copy_statistics` of `batch` repeated blocks at each period (seeded, on the CPU)."""
     if model is None:
         model, _ = load_smollm2()
@@ -431,9 +444,11 @@ def run_periods(model: DecoderLM | None = None, verbose: bool = False, *, period
         res = copy_statistics(model, random_tokens(B, P, seed), P)
         stats[str(P)] = {name: _rounded(t) for name, t in res.items()}
         if verbose:
-            print(f"P = {P}: first {float(res['first'].mean()):.2f}, second "
-                  f"{float(res['second'].mean()):.2f} ({time.perf_counter() - t0:.0f} s)",
-                  flush=True)  # fmt: skip
+            print(
+                f"P = {P}: first {float(res['first'].mean()):.2f}, second "
+                f"{float(res['second'].mean()):.2f} ({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
     return {
         **provenance("python -m mha_lib.llm.induction periods"),
         "batch": B,

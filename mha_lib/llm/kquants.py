@@ -157,8 +157,9 @@ def quantize_q4_k(w: np.ndarray) -> np.ndarray:
     packed[:, 4:8] = m[:, :4] | ((m[:, 4:] >> 4) << 6)
     packed[:, 8:12] = (sc[:, 4:] & 15) | ((m[:, 4:] & 15) << 4)
     codes = (q[:, 0::2] | (q[:, 1::2] << 4)).reshape(n, 128)  # sub-blocks 2g, 2g + 1 share bytes
-    return np.concatenate([d.view(np.uint8).reshape(n, 2), dmin.view(np.uint8).reshape(n, 2),
-                           packed, codes], axis=1)  # fmt: skip
+    return np.concatenate(
+        [d.view(np.uint8).reshape(n, 2), dmin.view(np.uint8).reshape(n, 2), packed, codes], axis=1
+    )
 
 
 def quantize_one_scale(w: np.ndarray) -> np.ndarray:

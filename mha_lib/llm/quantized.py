@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .._checks import check_int
 from .gguf_file import GGUFFile
 
 __all__ = ["BLOCK", "QuantizedEmbedding"]
@@ -57,8 +58,7 @@ class QuantizedEmbedding(nn.Module):
                 f"scales has dtype {scales.dtype} and shape {tuple(scales.shape)}; expected "
                 f"float16 ({V}, {C // BLOCK}): one scale per {BLOCK} codes"
             )
-        if not isinstance(chunk_rows, int) or chunk_rows < 1:
-            raise ValueError(f"chunk_rows = {chunk_rows!r}; expected a positive int")
+        check_int(chunk_rows, "chunk_rows")
         self.register_buffer("codes", codes, persistent=False)  # (V, C) int8
         self.register_buffer("scales", scales, persistent=False)  # (V, C/32) float16
         self.num_embeddings, self.embedding_dim = V, C

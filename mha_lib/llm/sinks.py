@@ -124,8 +124,7 @@ def _run_with_hooks(model, input_ids, head_mask, need_weights: bool):
     ]
     try:
         with torch.no_grad():
-            out = model(input_ids, head_mask=head_mask, need_weights=need_weights,
-                        last_only=True)  # fmt: skip
+            out = model(input_ids, head_mask=head_mask, need_weights=need_weights, last_only=True)
     finally:
         for hook in hooks:
             hook.remove()
@@ -154,8 +153,9 @@ def ratio_to_rest(norms: Tensor, skip: int = 1) -> Tensor:
     return norms[..., 0] / norms[..., skip:].median(dim=-1).values
 
 
-def noop_correlation(model: DecoderLM, weights: Tensor, inputs: Tensor, start: int = 10,
-                     per_sequence: bool = False) -> Tensor:  # fmt: skip
+def noop_correlation(
+    model: DecoderLM, weights: Tensor, inputs: Tensor, start: int = 10, per_sequence: bool = False
+) -> Tensor:
     """(L, h): per head, the correlation, over the queries t >= start of every sequence, between
     the weight a query puts on position 0 and the length of the head's output o_t = Σ_j a_tj v_j.
     weights (L, B, h, N, N), inputs (L, B, N, C) from the same input_ids. per_sequence: (B, L, h),
@@ -216,8 +216,14 @@ SWEEP = {
 SWEEP_FILE = Path(str(resources.files("mha_lib") / "data" / "nb13_sinks.json"))
 
 
-def run_sweep(model: DecoderLM | None = None, tokenizer=None, verbose: bool = False, *,
-              stretches: dict | None = None, lengths=None) -> dict:  # fmt: skip
+def run_sweep(
+    model: DecoderLM | None = None,
+    tokenizer=None,
+    verbose: bool = False,
+    *,
+    stretches: dict | None = None,
+    lengths=None,
+) -> dict:
     """Every head's mean weight on position 0, on every stretch of every kind of text, for the
     first n tokens of it, n in lengths: scores[kind] is (stretches, lengths, L, h)."""
     if model is None or tokenizer is None:
@@ -237,8 +243,11 @@ def run_sweep(model: DecoderLM | None = None, tokenizer=None, verbose: bool = Fa
             del weights
             rows.append(torch.round(prefix_first_token(first, lengths, start).double(), decimals=4))
             if verbose:
-                print(f"{kind} {s}: {int((rows[-1][-1] > 0.5).sum())} heads over one half "
-                      f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
+                print(
+                    f"{kind} {s}: {int((rows[-1][-1] > 0.5).sum())} heads over one half "
+                    f"({time.perf_counter() - t0:.0f} s)",
+                    flush=True,
+                )
         scores[kind] = torch.stack(rows).tolist()  # (count, lengths, L, h)
     return {
         **provenance("python -m mha_lib.llm.sinks"),

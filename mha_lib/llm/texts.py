@@ -65,12 +65,39 @@ __all__ = [
 # largest topics, "compound", "types" and "specialnames", differ between 3.11 patch versions)
 CHECKED_PYTHONS = ("3.10.13", "3.11.2", "3.11.7", "3.12.1", "3.13.0")
 DOC_TOPICS = (
-    "comparisons", "import", "with", "exceptions", "in", "integers", "slicings", "booleans",
-    "id-classes", "context-managers", "global", "typesmodules", "assert", "return", "bitwise",
-    "del", "unary", "yield", "bltin-code-objects", "while", "dynamic-features", "break", "else",
-    "if", "continue", "lambda", "pass", "typesfunctions", "bltin-ellipsis-object",
-    "bltin-null-object", "bltin-type-objects", "callable-types",
-)  # fmt: skip
+    "comparisons",
+    "import",
+    "with",
+    "exceptions",
+    "in",
+    "integers",
+    "slicings",
+    "booleans",
+    "id-classes",
+    "context-managers",
+    "global",
+    "typesmodules",
+    "assert",
+    "return",
+    "bitwise",
+    "del",
+    "unary",
+    "yield",
+    "bltin-code-objects",
+    "while",
+    "dynamic-features",
+    "break",
+    "else",
+    "if",
+    "continue",
+    "lambda",
+    "pass",
+    "typesfunctions",
+    "bltin-ellipsis-object",
+    "bltin-null-object",
+    "bltin-type-objects",
+    "callable-types",
+)
 DOC_SHA256 = "5f385a9c439a8077fbcfbbf3f8fde88d59a6641f96ec8089f8eca9c9f28e8812"
 
 

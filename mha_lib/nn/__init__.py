@@ -29,6 +29,21 @@ A module per idea:
 - `generation`: `generate` (greedy or sampled, with or without the cache), top-k and top-p
   filters, `Trace`.
 
+Capturing what a model computes, one rule for the whole library:
+- attention weights are recorded by the attention function, never by editing a layer:
+  `DecoderLM(ids, need_weights=True)` runs its layers with `backends.RecordWeights`, which
+  computes the written-out weights and keeps one tensor per layer (`llm.sinks`,
+  `llm.induction`: notebook 13), and the core's `MultiHeadAttention` returns its own with
+  `need_weights=True`, as `nn.MultiheadAttention` does (`pretrained`, `toy`: notebooks 05, 06);
+- activations are read through a forward hook, removed after the pass, or through a public
+  seam, never by replacing a `forward` or calling another package's private method: a
+  layer's input by a pre-hook on each `DecoderBlock` (`llm.sinks.layer_inputs`), one layer's
+  rotated q, k, v by `DecoderAttention.qkv(x, positions)` (`llm.induction.swapped_stripe`), an
+  encoder layer's q and k by `MultiHeadAttention.project(x)`
+  (`pretrained.roles.positional_scores`), the residual stream after the last layer by
+  `DecoderLM.hidden_states` (the one-pass losses, `llm.streaming.token_losses`).
+`tests/nn/test_capture.py` reads the library's source for both.
+
 Notation: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v);
 h query heads, h_kv key/value heads, g = h / h_kv query heads per group.
 """

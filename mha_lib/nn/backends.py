@@ -82,19 +82,32 @@ def _mask(q: Tensor, k: Tensor, window: int | None) -> Tensor:
     return bottom_right_window_tensor(n, m, window, q.device)
 
 
-def attention_weights(q: Tensor, k: Tensor, *, window: int | None = None, score_mod=None,
-                      sink_logits: Tensor | None = None) -> Tensor:  # fmt: skip
+def attention_weights(
+    q: Tensor,
+    k: Tensor,
+    *,
+    window: int | None = None,
+    score_mod=None,
+    sink_logits: Tensor | None = None,
+) -> Tensor:
     """softmax(q kᵀ / √d) under the bottom-right causal mask (B, h, n, m): rows sum to 1, or to
     less with sink logits (the sink's share is not a key's)."""
-    return grouped_weights(q, k, _mask(q, k, window), score_mod=score_mod,
-                           sink_logits=sink_logits)  # fmt: skip
+    return grouped_weights(q, k, _mask(q, k, window), score_mod=score_mod, sink_logits=sink_logits)
 
 
-def eager_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None,
-                    score_mod=None, sink_logits: Tensor | None = None) -> Tensor:  # fmt: skip
+def eager_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    window: int | None = None,
+    score_mod=None,
+    sink_logits: Tensor | None = None,
+) -> Tensor:
     """Notebook 08's `grouped_query_attention`, the weights written out."""
-    return grouped_query_attention(q, k, v, _mask(q, k, window), score_mod=score_mod,
-                                   sink_logits=sink_logits)  # fmt: skip
+    return grouped_query_attention(
+        q, k, v, _mask(q, k, window), score_mod=score_mod, sink_logits=sink_logits
+    )
 
 
 class RecordWeights:
@@ -110,8 +123,9 @@ class RecordWeights:
         return w @ repeat_kv(v, q.shape[1] // k.shape[1])  # (B, h, n, d)
 
 
-def tiled_flash_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None,
-                          **options) -> Tensor:  # fmt: skip
+def tiled_flash_attention(
+    q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None, **options
+) -> Tensor:
     """Notebook 08's tiled FlashAttention loop (blocks of 64), key/value heads repeated; a
     window is its mask_mod (tiles outside the band are skipped)."""
     if options:

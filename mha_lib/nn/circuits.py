@@ -5,8 +5,9 @@ Derived in notebook 06 on a toy model (`mha_lib.toy.circuits` holds its head sco
 again in notebook 13 on SmolLM2 (`mha_lib.llm.induction` folds RMSNorm and RoPE into the
 circuits). Weights A (..., N, N) have rows = queries and columns = keys.
 - `stripe_score(weights, offset, start)`: (L, h), the mean weight from each query t >= start to
-  key t - offset: the previous token (offset 1), an induction head on a block of P tokens
-  repeated (offset P - 1, from t = P), the earlier copy of the token itself (offset P);
+  key t + offset: the previous token (offset -1), an induction head on a block of P tokens
+  repeated (offset 1 - P, from t = P), the earlier copy of the token itself (offset -P);
+  `previous_token_score(weights, start)`, the first of them, defined once here;
 - `head_weights(attention, head)`: W_Q^h, W_K^h, W_V^h (C, d) and W_O^h (d, C) of one head, in
   the row-vector convention of the series (x W, x a row of the residual stream, C = embed_dim),
   from a `mha_lib.pytorch.MultiHeadAttention` (its packed in_proj_weight) or a
@@ -40,6 +41,7 @@ __all__ = [
     "head_weights",
     "k_composition",
     "ov_circuit",
+    "previous_token_score",
     "q_composition",
     "qk_circuit",
     "random_composition",
@@ -49,20 +51,55 @@ __all__ = [
 ]
 
 
-def stripe_score(weights, offset: int, start: int, per_sequence: bool = False) -> Tensor:
-    """The mean weight from each query t >= start to key t - offset: (L, h), or (B, L, h) with
-    per_sequence. weights (L, B, h, N, N) or a list of L tensors (B, h, N, N)."""
+def stripe_score(
+    weights, offset: int, start: int, per_sequence: bool = False, valid: Tensor | None = None
+) -> Tensor:
+    """The mean weight from each query t >= start to key t + offset: (L, h), or (B, L, h) with
+    per_sequence. weights (L, B, h, N, N) or a list of L tensors (B, h, N, N).
+
+    An offset is the key's position minus the query's, the series' one convention for an
+    offset (numpy's and torch's `diagonal`, `mha_lib.pretrained.roles.offset_score`, the
+    causal `offset` of `mha_lib.nn.flash`): -1 is the token just before the query, +1 the one
+    after, 0 the query itself.
+
+    valid (B, N) bool, optional: the tokens that count (an encoder's words, without [CLS],
+    [SEP] or padding); a query counts when it and its key are both valid, and the mean is over
+    those pairs, pooled over the batch (or per sequence)."""
     A = torch.stack(list(weights)) if isinstance(weights, list | tuple) else weights
     N = A.shape[-1]
     if A.dim() != 5 or A.shape[-2] != N:
         raise ValueError(f"weights has shape {tuple(A.shape)}; expected (L, B, h, N, N)")
-    if not 0 <= offset <= start < N:
-        raise ValueError(f"offset = {offset}, start = {start}; expected 0 <= offset <= start < {N}")
-    stripe = torch.diagonal(
-        A, offset=-offset, dim1=-2, dim2=-1
-    )  # (L, B, h, N - offset): t - offset
-    stripe = stripe[..., start - offset :]  # the queries t = start .. N - 1
-    return stripe.mean(-1).permute(1, 0, 2) if per_sequence else stripe.mean(dim=(1, 3))
+    end = N - max(offset, 0)  # the queries t < end have a key t + offset
+    if not 0 <= max(-offset, 0) <= start < end:
+        raise ValueError(
+            f"offset = {offset}, start = {start}; expected max(-offset, 0) <= start < N - "
+            f"max(offset, 0) with N = {N}: every query t >= start has its key t + offset"
+        )
+    stripe = torch.diagonal(A, offset=offset, dim1=-2, dim2=-1)  # (L, B, h, n): t + offset
+    stripe = stripe[..., start - max(-offset, 0) :]  # the queries t = start .. end - 1
+    if valid is None:
+        return stripe.mean(-1).permute(1, 0, 2) if per_sequence else stripe.mean(dim=(1, 3))
+    if tuple(valid.shape) != (A.shape[1], N):
+        raise ValueError(
+            f"valid has shape {tuple(valid.shape)}; expected (B, N) = ({A.shape[1]}, {N})"
+        )
+    t = torch.arange(start, end, device=A.device)  # the queries
+    pairs = (valid[:, t] & valid[:, t + offset]).to(A.dtype)[None, :, None]  # (1, B, 1, n)
+    total = stripe * pairs  # (L, B, h, n)
+    if per_sequence:
+        return (total.sum(-1) / pairs.sum(-1)).permute(1, 0, 2)  # (B, L, h)
+    return total.sum(dim=(1, 3)) / pairs.sum(dim=(1, 3))  # (L, h)
+
+
+def previous_token_score(
+    weights, start: int = 1, per_sequence: bool = False, valid: Tensor | None = None
+) -> Tensor:
+    """The previous-token score: `stripe_score` on the key just before each query, the mean
+    weight from each query t >= start to key t - 1 (offset -1); (L, h), or (B, L, h) with
+    per_sequence.
+    The one definition behind notebook 05's (an encoder's words, `valid`), notebook 06's toy
+    and notebook 13's model."""
+    return stripe_score(weights, -1, max(start, 1), per_sequence, valid)
 
 
 def head_weights(attention, head: int) -> tuple[Tensor, ...]:

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .._checks import check_int
 from .masks import causal_mask_mod
 
 __all__ = [
@@ -120,10 +121,7 @@ def _check_inputs(q, k, v, is_causal, block_q, block_k, mask_mod=None, stats=Non
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be a bool; got {type(is_causal).__name__}")
     for name, b in (("block_q", block_q), ("block_k", block_k)):
-        if isinstance(b, bool) or not isinstance(b, int):
-            raise TypeError(f"{name} must be an int; got {type(b).__name__}")
-        if b < 1:
-            raise ValueError(f"{name} must be at least 1; got {b}")
+        check_int(b, name)
     if mask_mod is not None and not callable(mask_mod):
         raise TypeError(
             "mask_mod must be a function mask_mod(b, h, q_idx, kv_idx) -> bool tensor; "
@@ -392,10 +390,15 @@ def hbm_bytes(
     bytes_per_number: 2 for float16 or bfloat16, 4 for float32. Caches between HBM and
     the chip (a GPU's L2) are not modelled: this is what the kernel asks HBM for.
     """
-    for name, value in (("N", N), ("M", M), ("d", d), ("block_q", block_q),
-                        ("block_k", block_k), ("bytes_per_number", bytes_per_number)):  # fmt: skip
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
+    for name, value in (
+        ("N", N),
+        ("M", M),
+        ("d", d),
+        ("block_q", block_q),
+        ("block_k", block_k),
+        ("bytes_per_number", bytes_per_number),
+    ):
+        check_int(value, name)
     if form not in HBM_FORMS:
         raise ValueError(f"form must be one of {HBM_FORMS}; got {form!r}")
     if causal not in (None, "top_left", "bottom_right"):

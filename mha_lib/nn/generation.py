@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .._checks import check_int
+
 __all__ = ["Trace", "generate", "pick_next", "top_k_filter", "top_p_filter"]
 
 
@@ -44,8 +46,7 @@ class Trace:
 
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
     """Keep the k largest logits of each row (ties at the k-th kept too); the rest -> -inf."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"top_k = {k!r}; expected a positive int")
+    check_int(k, "top_k")
     k = min(k, logits.shape[-1])
     kth = logits.topk(k, dim=-1).values[..., -1:]  # (..., 1)
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -122,10 +123,7 @@ def generate(
     once every row has stopped, generation ends, and a row that stopped earlier is padded with
     its stop token. attention: the attention function for this call (default the model's).
     """
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-        raise TypeError(f"max_new_tokens must be an int; got {type(max_new_tokens).__name__}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens = {max_new_tokens}; expected >= 0")
+    check_int(max_new_tokens, "max_new_tokens", 0)
     if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
         got = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
         raise ValueError(f"input_ids has shape {got}; expected (B, N)")

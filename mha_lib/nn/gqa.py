@@ -105,8 +105,9 @@ def grouped_query_attention(
         )
     if v.shape[:3] != k.shape[:3]:
         raise ValueError(f"v has shape {tuple(v.shape)}; expected (B, h_kv, M, d_v) like k")
-    weights = grouped_weights(q, k, mask, is_causal, score_mod=score_mod,
-                              sink_logits=sink_logits)  # (B, h, N, M)  # fmt: skip
+    weights = grouped_weights(
+        q, k, mask, is_causal, score_mod=score_mod, sink_logits=sink_logits
+    )  # (B, h, N, M)
     return weights @ repeat_kv(v, h // h_kv)  # (B, h, N, d_v)
 
 
@@ -126,9 +127,13 @@ def grouped_weights(
     if score_mod is not None:  # evaluated on the whole grid, each index broadcast on its axis
         b_idx, h_idx, q_idx, kv_idx = (
             torch.arange(n, device=q.device).view(shape)
-            for n, shape in ((B, (-1, 1, 1, 1)), (h, (1, -1, 1, 1)), (N, (1, 1, -1, 1)),
-                             (M, (1, 1, 1, -1)))
-        )  # fmt: skip
+            for n, shape in (
+                (B, (-1, 1, 1, 1)),
+                (h, (1, -1, 1, 1)),
+                (N, (1, 1, -1, 1)),
+                (M, (1, 1, 1, -1)),
+            )
+        )
         scores = score_mod(scores, b_idx, h_idx, q_idx, kv_idx)
     allowed = torch.ones(N, M, dtype=torch.bool, device=q.device)  # (N, M)
     if is_causal:
@@ -147,8 +152,15 @@ def grouped_weights(
     return weights.masked_fill(fully, 0.0)
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, *, window: int | None = None,
-                   score_mod=None, sink_logits: Tensor | None = None) -> Tensor:  # fmt: skip
+def sdpa_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    window: int | None = None,
+    score_mod=None,
+    sink_logits: Tensor | None = None,
+) -> Tensor:
     """torch's fused attention for n new queries, the last n of the m keys (query i sees keys
     0 .. m - n + i), the query heads grouped over the key/value heads: q (B, h, n, d), k, v
     (B, h_kv, m, d) -> (B, h, n, d).

@@ -60,15 +60,10 @@ __all__ = [
 # numpy boolean masks, True = may attend
 
 
-def _check_int_like(value, name: str, minimum: int) -> int:
-    """`check_int` that also takes numpy integers (masks are often sized from numpy arrays)."""
-    return check_int(int(value) if isinstance(value, np.integer) else value, name, minimum)
-
-
 def _check_chunk(n, m) -> None:
     """n queries of a chunk against m keys: both positive integers, n <= m."""
-    _check_int_like(n, "n", 1)
-    _check_int_like(m, "m", 1)
+    check_int(n, "n", 1, numpy=True)
+    check_int(m, "m", 1, numpy=True)
     if n > m:
         raise ValueError(
             f"n = {n} queries but only m = {m} keys; expected n <= m (the chunk's own keys "
@@ -102,15 +97,15 @@ def bottom_right_window_tensor(n: int, m: int, window: int, device=None) -> Tens
     With n = m it is `sliding_window_mask(n, window)`; what a sliding-window layer passes to SDPA
     for a prompt longer than its window (notebook 15)."""
     _check_chunk(n, m)
-    _check_int_like(window, "window", 1)
+    check_int(window, "window", 1, numpy=True)
     ones = torch.ones(n, m, dtype=torch.bool, device=device)
     return ones.tril(m - n).triu(m - n - window + 1)  # (n, m)
 
 
 def sliding_window_mask(N: int, window: int) -> np.ndarray:
     """(N, N) causal sliding window: query i sees keys i - window + 1 .. i (window keys)."""
-    _check_int_like(N, "N", 1)
-    _check_int_like(window, "window", 1)
+    check_int(N, "N", 1, numpy=True)
+    check_int(window, "window", 1, numpy=True)
     i = np.arange(N)[:, None]  # (N, 1) query positions
     j = np.arange(N)[None, :]  # (1, N) key positions
     return (j <= i) & (i - j < window)  # (N, N)
@@ -118,7 +113,7 @@ def sliding_window_mask(N: int, window: int) -> np.ndarray:
 
 def sink_window_mask(N: int, window: int, num_sinks: int) -> np.ndarray:
     """(N, N) bool: query i sees keys i - window < j <= i, and the sinks j < num_sinks, j <= i."""
-    _check_int_like(num_sinks, "num_sinks", 0)
+    check_int(num_sinks, "num_sinks", 0, numpy=True)
     j = np.arange(N)[None, :]
     causal = np.tril(np.ones((N, N), dtype=bool))
     return sliding_window_mask(N, window) | (causal & (j < num_sinks))
@@ -141,8 +136,8 @@ def document_mask(doc_ids) -> np.ndarray:
 
 def prefix_lm_mask(N: int, prefix_len: int) -> np.ndarray:
     """(N, N) prefix-LM mask: every query sees the whole prefix, and the rest causally."""
-    _check_int_like(N, "N", 1)
-    _check_int_like(prefix_len, "prefix_len", 0)
+    check_int(N, "N", 1, numpy=True)
+    check_int(prefix_len, "prefix_len", 0, numpy=True)
     if prefix_len > N:
         raise ValueError(f"prefix_len must lie in [0, N] with N = {N}; got {prefix_len}")
     i = np.arange(N)[:, None]  # (N, 1)
@@ -158,7 +153,7 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
     and append every other slope (the 1st, 3rd, ...) of the rule for 2h' until
     there are h: h = 6 gives [2^-2, 2^-4, 2^-6, 2^-8] and then [2^-1, 2^-3].
     """
-    h = _check_int_like(num_heads, "num_heads", 1)
+    h = check_int(num_heads, "num_heads", 1, numpy=True)
     p = 1 << (h.bit_length() - 1)  # the largest power of two <= h
 
     def geometric(n: int) -> np.ndarray:
@@ -173,8 +168,8 @@ def alibi_bias(N: int, M: int, num_heads: int) -> np.ndarray:
     """(h, N, M) ALiBi bias slope_h · (j - i), added to the scores: 0 on the diagonal,
     more negative the further back key j lies. Used with the causal mask (keys j > i blocked).
     """
-    _check_int_like(N, "N", 1)
-    _check_int_like(M, "M", 1)
+    check_int(N, "N", 1, numpy=True)
+    check_int(M, "M", 1, numpy=True)
     i = np.arange(N)[:, None]  # (N, 1)
     j = np.arange(M)[None, :]  # (1, M)
     return alibi_slopes(num_heads)[:, None, None] * (j - i)  # (h, N, M)
@@ -202,7 +197,7 @@ def bottom_right_causal_mask_mod(n: int, m: int) -> Callable:
 
 def sliding_window_mask_mod(window: int) -> Callable:
     """The mask_mod of `sliding_window_mask(N, window)`."""
-    _check_int_like(window, "window", 1)
+    check_int(window, "window", 1, numpy=True)
 
     def mask_mod(b, h, q_idx, kv_idx):
         return (kv_idx <= q_idx) & (q_idx - kv_idx < window)
@@ -213,7 +208,7 @@ def sliding_window_mask_mod(window: int) -> Callable:
 def bottom_right_window_mask_mod(n: int, m: int, window: int) -> Callable:
     """The mask_mod of `bottom_right_window_tensor(n, m, window)`."""
     _check_chunk(n, m)
-    _check_int_like(window, "window", 1)
+    check_int(window, "window", 1, numpy=True)
     offset = m - n
 
     def mask_mod(b, h, q_idx, kv_idx):
@@ -235,7 +230,7 @@ def document_mask_mod(doc_ids: Tensor) -> Callable:
 
 def prefix_lm_mask_mod(prefix_len: int) -> Callable:
     """The mask_mod of `prefix_lm_mask(N, prefix_len)`."""
-    _check_int_like(prefix_len, "prefix_len", 0)
+    check_int(prefix_len, "prefix_len", 0, numpy=True)
 
     def mask_mod(b, h, q_idx, kv_idx):
         return (kv_idx <= q_idx) | (kv_idx < prefix_len)
@@ -268,8 +263,8 @@ def softcap_score_mod(cap: float) -> Callable:
 
 def mask_from_mask_mod(mask_mod: Callable, N: int, M: int) -> Tensor:
     """Evaluate a mask_mod on every (query, key) pair: (N, M) bool tensor, True = may attend."""
-    _check_int_like(N, "N", 1)
-    _check_int_like(M, "M", 1)
+    check_int(N, "N", 1, numpy=True)
+    check_int(M, "M", 1, numpy=True)
     zero = torch.tensor(0)
     q_idx = torch.arange(N)[:, None]  # (N, 1)
     kv_idx = torch.arange(M)[None, :]  # (1, M)

@@ -1,7 +1,7 @@
 """A real pretrained encoder and what its heads do: the part of the library behind notebook 05.
 
 Read first: `encoder` (all-MiniLM-L6-v2 loaded from its safetensors file into our own
-`mha_lib.pytorch.MultiHeadAttention`, about 200 lines), then `roles` (how a head is scored
+`mha_lib.pytorch.MultiHeadAttention`, about 350 lines), then `roles` (how a head is scored
 against the null heads and the positional baselines), then `sentences` (the hand-marked
 minimal pairs it is scored on). `explore` puts those heads on a sentence of your own, as
 figures and as a widget.

@@ -46,7 +46,7 @@ from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from torch import Tensor, nn
 
-from .._checks import sha256
+from .._checks import check_int, sha256
 from ..block import TransformerBlock
 
 __all__ = [
@@ -230,8 +230,7 @@ def run_in_chunks(
     exist at any time (run whole, 480 sentences need about 200 MB of them in notebook 05), and
     the returned tensors are views of those two blocks, freed together when the last view goes.
     """
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be a positive int; got {chunk!r}")
+    check_int(chunk, "chunk")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids has shape {tuple(input_ids.shape)}; expected (B, N)")
     (B, N), L, h = input_ids.shape, len(model.layers), model.num_heads

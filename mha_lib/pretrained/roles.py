@@ -47,6 +47,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..nn.circuits import previous_token_score as _previous_token_score
+from ..nn.circuits import stripe_score
 from ..stats import wilson_interval
 from .encoder import EncoderOutput, MiniLMEncoder, mean_pool, run_in_chunks
 from .sentences import PAIRS, split
@@ -164,23 +166,29 @@ def offset_score(A: Tensor, attention_mask: Tensor, offset: int) -> Tensor:
     [CLS], [SEP] or padding) counts once, pooled over the batch. Returns the
     leading axes (...), e.g. () or (layers, h).
     """
+    w, lead = _heads_second(A, attention_mask)
+    word = _real_queries(attention_mask)  # (B, N)
+    return stripe_score(w, offset, max(-offset, 0), valid=word)[0].reshape(lead)
+
+
+def _heads_second(A: Tensor, attention_mask: Tensor) -> tuple[Tensor, tuple[int, ...]]:
+    """A (..., B, N, N) as the (1, B, K, N, N) weights of `mha_lib.nn.circuits`, K the heads
+    of the leading axes (...), which are returned too."""
     B, N = attention_mask.shape
     if tuple(A.shape[-3:]) != (B, N, N):
         raise ValueError(
             f"A has shape {tuple(A.shape)}; expected (..., B, N, N) = (..., {B}, {N}, {N})"
         )
-    word = _real_queries(attention_mask)  # (B, N)
-    i = torch.arange(N)
-    j = i + offset
-    ok = (j >= 0) & (j < N)  # (N,)
-    valid = word[:, i[ok]] & word[:, j[ok]]  # (B, N'): query i and key i + offset both words
-    w = A[..., i[ok], j[ok]]  # (..., B, N')
-    return (w * valid).sum(dim=(-2, -1)) / valid.sum()
+    lead = tuple(A.shape[:-3])
+    return A.reshape(-1, B, N, N).transpose(0, 1)[None], lead  # (1, B, K, N, N)
 
 
 def previous_token_score(A: Tensor, attention_mask: Tensor) -> Tensor:
-    """`offset_score` with offset -1: the weight each word puts on the word token before it."""
-    return offset_score(A, attention_mask, -1)
+    """`offset_score` with offset -1: the weight each word puts on the word token before it
+    (`mha_lib.nn.circuits.previous_token_score` over the real words)."""
+    w, lead = _heads_second(A, attention_mask)
+    word = _real_queries(attention_mask)  # (B, N)
+    return _previous_token_score(w, valid=word)[0].reshape(lead)
 
 
 def next_token_score(A: Tensor, attention_mask: Tensor) -> Tensor:
@@ -582,7 +590,7 @@ def positional_scores(model: MiniLMEncoder, N: int = 32) -> Tensor:
         for layer in model.layers:
             attn = layer.self_attn
             x = P[None]  # (1, N, C)
-            q, k, _ = attn._project(x, x, x)  # (1, h, N, d_k) each: P W^h + b^h
+            q, k, _ = attn.project(x)  # (1, h, N, d_k) each: P W^h + b^h
             scores.append(q[0] @ k[0].transpose(1, 2) / math.sqrt(attn.head_dim))  # (h, N, N)
     return torch.stack(scores)  # (layers, h, N, N)
 

@@ -2,7 +2,8 @@
 
 Head scores read attention weights A (..., h, N, N) (rows = queries, columns = keys), each a
 stripe of them (`mha_lib.nn.circuits.stripe_score`) averaged per head:
-- `previous_token_score`: the mean weight on key i - 1 from query i (i >= 1), per head;
+- `previous_token_score`: the mean weight on key i - 1 from query i (i >= 1), per head
+  (`mha_lib.nn.circuits.previous_token_score`, averaged over any batch axes);
 - `induction_score`: on a block of T tokens repeated once, the mean weight from query i of
   the second copy (T <= i < 2T) on key i - T + 1, the token *after* the previous occurrence of
   the current token, per head;
@@ -24,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._checks import check_int
 from ..nn.circuits import (
     composition_score,
     head_weights,
@@ -35,6 +37,7 @@ from ..nn.circuits import (
     stripe_score,
     v_composition,
 )
+from ..nn.circuits import previous_token_score as _previous_token_score
 
 __all__ = [
     "composition_score",
@@ -59,12 +62,12 @@ def _check_weights(A, name: str = "A") -> Tensor:
     return A
 
 
-def _per_head(A: Tensor, offset: int, start: int) -> Tensor:
-    """The mean weight from each query t >= start to key t - offset (`stripe_score`), averaged
-    over the queries and then over any batch axes: (h,) for A (..., h, N, N), a scalar for one
-    matrix A (N, N)."""
+def _per_head(A: Tensor, stripe) -> Tensor:
+    """A stripe score of `mha_lib.nn.circuits` (stripe(weights (1, B, h, N, N), per_sequence)
+    -> (B, 1, h)), averaged over the queries and then over any batch axes: (h,) for A (..., h,
+    N, N), a scalar for one matrix A (N, N)."""
     h = A.shape[-3] if A.dim() > 2 else 1
-    per_sequence = stripe_score(A.reshape(1, -1, h, *A.shape[-2:]), offset, start, True)
+    per_sequence = stripe(A.reshape(1, -1, h, *A.shape[-2:]), per_sequence=True)  # (B, 1, h)
     score = per_sequence.reshape(-1, h).mean(dim=0)  # (h,): the batch's mean
     return score if A.dim() > 2 else score[0]
 
@@ -74,7 +77,7 @@ def previous_token_score(A) -> Tensor:
 
     A (h, N, N) or (B, h, N, N) -> (h,); A (N, N) -> a scalar.
     """
-    return _per_head(_check_weights(A), 1, 1)  # A[i, i - 1], i >= 1
+    return _per_head(_check_weights(A), _previous_token_score)  # A[i, i - 1], i >= 1
 
 
 def _second_copy(A, T) -> Tensor:
@@ -82,8 +85,9 @@ def _second_copy(A, T) -> Tensor:
     second copy see nothing after it."""
     A = _check_weights(A)
     N = A.shape[-1]
-    if isinstance(T, bool) or not isinstance(T, int) or T < 2 or 2 * T > N:
-        raise ValueError(f"T = {T!r}; expected an int with 2 <= T and 2T <= N = {N}")
+    check_int(T, "T", 2)
+    if 2 * T > N:
+        raise ValueError(f"T = {T}; expected 2T <= N = {N} (the block and its copy)")
     return A[..., : 2 * T, : 2 * T]
 
 
@@ -93,13 +97,13 @@ def induction_score(A, T: int) -> Tensor:
     A (h, N, N) or (B, h, N, N) with N >= 2T, computed on a block of T tokens followed by the
     same block (every sequence with the same T) -> (h,); A (N, N) -> a scalar.
     """
-    return _per_head(_second_copy(A, T), T - 1, T)
+    return _per_head(_second_copy(A, T), lambda w, **kw: stripe_score(w, 1 - T, T, **kw))
 
 
 def duplicate_token_score(A, T: int) -> Tensor:
     """Mean of A[..., i, i - T] over T <= i < 2T: the weight on the earlier occurrence of the
     current token itself. Shapes as `induction_score`."""
-    return _per_head(_second_copy(A, T), T, T)
+    return _per_head(_second_copy(A, T), lambda w, **kw: stripe_score(w, -T, T, **kw))
 
 
 def relation_scores(A, where) -> Tensor:

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .._checks import check_int
 from ..runtime import Adam
 from .models import AttentionOnly, Committee
 from .tasks import IGNORE, relations_batch, repeated_block_batch
@@ -67,8 +68,7 @@ def train(
     (s = 0: before training), in eval mode and without gradients, so that recording does not
     change the training.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int; got {steps!r}")
+    check_int(steps, "steps")
     record_steps = sorted(set(record_steps))
     if record_steps and record is None:
         raise ValueError("record_steps given without record: pass record=fn(model) -> Tensor")

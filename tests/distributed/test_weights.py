@@ -74,11 +74,17 @@ def test_gguf_weights_travel_as_a_path():
 
 def test_gguf_weights_bad_parts_are_named():
     weights = GGUFWeights()
-    with pytest.raises(ValueError, match=r"rows = \(10, 74\) of layers\.0\.self_attn\.q_proj"
-                       r"\.weight: expected whole heads of 64 rows"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"rows = \(10, 74\) of layers\.0\.self_attn\.q_proj"
+        r"\.weight: expected whole heads of 64 rows",
+    ):
         weights("layers.0.self_attn.q_proj.weight", (10, 74))
-    with pytest.raises(ValueError, match=r"rows = \(0, 600\) of layers\.0\.mlp\.down_proj\.weight; "
-                       r"expected 0 <= start < stop <= 576"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"rows = \(0, 600\) of layers\.0\.mlp\.down_proj\.weight; "
+        r"expected 0 <= start < stop <= 576",
+    ):
         weights("layers.0.mlp.down_proj.weight", (0, 600))
     with pytest.raises(ValueError, match="multiples of 32"):
         weights("layers.0.mlp.down_proj.weight", None, (0, 100))
@@ -93,8 +99,11 @@ def test_fill_checks_the_plan_and_the_shapes():
     plan = {name: (None, None) for name in parameter_shapes(TINY)}
     with pytest.raises(ValueError, match=r"missing \['norm\.weight'\], extra \[\]"):
         fill(model, {k: v for k, v in plan.items() if k != "norm.weight"}, weights)
-    with pytest.raises(ValueError, match=r"embed\.weight: the source gave shape \(10, 48\); the "
-                       r"model holds \(96, 48\)"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"embed\.weight: the source gave shape \(10, 48\); the "
+        r"model holds \(96, 48\)",
+    ):
         fill(model, plan | {"embed.weight": ((0, 10), None)}, weights)
     assert fill(model, plan, weights) == sum(p.numel() for p in model.parameters())
 

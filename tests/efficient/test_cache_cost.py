@@ -16,8 +16,9 @@ from mha_lib.nn.kv_cache import KVCache, SinkKVCache
 
 def test_kv_cache_nbytes_equals_the_formula():
     for h_kv in (8, 2, 1):
-        cfg = CacheConfig("t", "test", 1, num_heads=8, num_kv_heads=h_kv, head_dim=16,
-                          bytes_per_number=4)  # fmt: skip
+        cfg = CacheConfig(
+            "t", "test", 1, num_heads=8, num_kv_heads=h_kv, head_dim=16, bytes_per_number=4
+        )
         assert KVCache(3, h_kv, 50, 16).nbytes == cache_bytes(cfg, 50, batch=3)
         assert cfg.attention == {8: "MHA", 2: "GQA", 1: "MQA"}[h_kv]
 
@@ -60,8 +61,9 @@ def test_native_contexts_mark_the_bills_beyond_them():
 
 
 def test_sink_cache_nbytes_equals_the_windowed_formula():
-    cfg = CacheConfig("t", "test", 1, num_heads=4, num_kv_heads=2, head_dim=8, window=6,
-                      bytes_per_number=4)  # fmt: skip
+    cfg = CacheConfig(
+        "t", "test", 1, num_heads=4, num_kv_heads=2, head_dim=8, window=6, bytes_per_number=4
+    )
     cache = SinkKVCache(2, 2, 8, window=6, num_sinks=3)
     for N in (9, 100, 10_000):
         assert cache.nbytes == cache_bytes(cfg, N, batch=2, num_sinks=3)

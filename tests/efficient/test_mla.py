@@ -114,8 +114,15 @@ def test_unmasked_equals_hf_without_mask():
 
 # DeepSeek-V3's published rope_scaling, with a shorter original context so that positions
 # within a few hundred tokens already go beyond it
-V3_YARN = {"rope_type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
-           "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}  # fmt: skip
+V3_YARN = {
+    "rope_type": "yarn",
+    "factor": 40.0,
+    "original_max_position_embeddings": 64,
+    "beta_fast": 32,
+    "beta_slow": 1,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
 
 
 @needs_transformers
@@ -133,9 +140,12 @@ def test_yarn_equals_deepseek_v3_attention_with_its_rope_scaling(scaling):
     others), the layer loaded with from_hf equals transformers' at positions up to 900: the
     frequencies, the factor on the rotated parts and the softmax scale times mscale²."""
     cfg, hf = hf_layer(
-        None, True, d_R=8, rope_parameters={**scaling, "rope_theta": 10000.0},
+        None,
+        True,
+        d_R=8,
+        rope_parameters={**scaling, "rope_theta": 10000.0},
         max_position_embeddings=2560,
-    )  # fmt: skip
+    )
     DeepseekV3RotaryEmbedding = reference()[2]
     ours = MultiHeadLatentAttention.from_hf(hf)
     rotary = DeepseekV3RotaryEmbedding(cfg)
@@ -161,8 +171,15 @@ def test_yarn_equals_deepseek_v3_attention_with_its_rope_scaling(scaling):
 
 
 def test_deepseek_v3s_yarn_multiplies_the_softmax_scale_by_about_1_87():
-    scaling = {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
-               "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}  # fmt: skip
+    scaling = {
+        "rope_type": "yarn",
+        "factor": 40,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32,
+        "beta_slow": 1,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    }
     freqs, attention_factor, softmax_factor = yarn(64, 10000.0, scaling)
     assert softmax_factor == pytest.approx((0.1 * math.log(40) + 1) ** 2) == yarn_mscale(40) ** 2
     assert 1.87 < softmax_factor < 1.88 and attention_factor == 1.0 and freqs.shape == (32,)
@@ -198,14 +215,16 @@ def test_cache_nbytes_equals_the_formula():
     with torch.no_grad():
         m(torch.randn(3, 7, C), cache=cache)
         m(torch.randn(3, 1, C), cache=cache)
-    cfg = CacheConfig("ours", "test", 1, kind="mla", kv_lora_rank=R, qk_rope_head_dim=D_R,
-                      bytes_per_number=4)  # fmt: skip
+    cfg = CacheConfig(
+        "ours", "test", 1, kind="mla", kv_lora_rank=R, qk_rope_head_dim=D_R, bytes_per_number=4
+    )
     assert cache.nbytes == cache_bytes(cfg, 8, batch=3) == 3 * 8 * (R + D_R) * 4
 
 
 def test_absorbed_step_reads_fewer_bytes_and_does_more_arithmetic_per_byte():
-    kw = dict(num_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-              v_head_dim=128)  # fmt: skip
+    kw = dict(
+        num_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
+    )
     plain, absorbed = (decode_step_cost(4096, absorb=a, **kw) for a in (False, True))
     assert absorbed["bytes"] < plain["bytes"] / 5
     assert absorbed["flops_per_byte"] > plain["flops_per_byte"]
@@ -223,8 +242,14 @@ def test_absorbed_step_reads_fewer_bytes_and_does_more_arithmetic_per_byte():
     ],
 )
 def test_bad_configurations_are_refused(kwargs, match):
-    args = dict(d_model=C, num_heads=H, kv_lora_rank=R, qk_nope_head_dim=D_N,
-                qk_rope_head_dim=D_R, v_head_dim=D_V)  # fmt: skip
+    args = dict(
+        d_model=C,
+        num_heads=H,
+        kv_lora_rank=R,
+        qk_nope_head_dim=D_N,
+        qk_rope_head_dim=D_R,
+        v_head_dim=D_V,
+    )
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         MultiHeadLatentAttention(**args)

@@ -289,7 +289,7 @@ def test_backward_cost_is_seven_products_against_five():
     assert full["flops"] == 2.5 * 4 * 256 * 256 * 64  # the benchmark's count: 2.5 forwards
     with pytest.raises(ValueError, match="design must be one of"):
         backward_cost(64, 64, 16, design="fused")
-    with pytest.raises(ValueError, match="block_q must be a positive int; got 0"):
+    with pytest.raises(ValueError, match="block_q must be at least 1; got 0"):
         backward_cost(64, 64, 16, block_q=0)
     with pytest.raises(ValueError, match="causal must be one of"):
         backward_cost(64, 64, 16, causal="lower")

@@ -137,14 +137,18 @@ ROW_WRONG = [
     (lambda d: np.zeros(d, dtype=int), "not a permutation"),
     (lambda d: np.roll(rows_stack(d), 2), "wrong order"),
     (lambda d: np.stack([np.arange(d // 2), d - 1 - np.arange(d // 2)], 1).reshape(-1), "mirror"),
-    (lambda d: np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2 - 1], 1).reshape(-1),
-     "i + d/2 - 1"),
-    (lambda d: np.stack([np.arange(d // 2), np.arange(d // 2) + d], 1).reshape(-1),
-     "not (i, i + d)"),
+    (
+        lambda d: np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2 - 1], 1).reshape(-1),
+        "i + d/2 - 1",
+    ),
+    (
+        lambda d: np.stack([np.arange(d // 2), np.arange(d // 2) + d], 1).reshape(-1),
+        "not (i, i + d)",
+    ),
     (lambda d: np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], 1), "returns the pairs"),
     (lambda d: np.arange(d).reshape(d // 2, 2).T.reshape(-1), "inverse order"),
     (lambda d: torch.arange(d), "identity"),
-]  # fmt: skip
+]
 
 
 def test_reversed_rows_are_not_blamed_on_pairing():
@@ -273,7 +277,7 @@ TOP_P_WRONG = [
     (lambda z, p: np.where(np.cumsum(_sm(z), -1) - _sm(z) < p, z, -np.inf), "vocabulary's order"),
     (lambda z, p: whole_batch(z, p), "the whole batch at once"),
     (lambda z, p: softmax_axis0(z, p), "axis 0"),
-]  # fmt: skip
+]
 
 
 def whole_batch(z, p):

@@ -38,8 +38,10 @@ def first_torch(A, start):
 
 def first_loop(A, start):
     B, h, N, _ = A.shape
-    return [sum(A[b, i, t, 0] for b in range(B) for t in range(start, N)) / (B * (N - start))
-            for i in range(h)]  # fmt: skip
+    return [
+        sum(A[b, i, t, 0] for b in range(B) for t in range(start, N)) / (B * (N - start))
+        for i in range(h)
+    ]
 
 
 def first_library(A, start):  # the library's own function, on weights (L = 1, B, h, N, N)
@@ -119,7 +121,7 @@ def prefix_diagonal(A, period):
 
 
 def prefix_library(A, period):  # the library's stripe score, on weights (L = 1, B, h, N, N)
-    return stripe_score(torch.as_tensor(A)[None], period - 1, period)[0]
+    return stripe_score(torch.as_tensor(A)[None], 1 - period, period)[0]
 
 
 @pytest.mark.parametrize("fn", [prefix_numpy, prefix_diagonal, prefix_library])
@@ -133,34 +135,74 @@ def _stripe(A, queries, keys):
 
 
 PREFIX_WRONG = [
-    (lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - P),
-     "duplicate-token"),
-    (lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - P + 2),
-     "one past the token"),
-    (lambda A, P: _stripe(A, np.arange(P - 1, A.shape[-1]), np.arange(P - 1, A.shape[-1]) - P + 1),
-     "starts at query period - 1"),
-    (lambda A, P: _stripe(A, np.arange(P, A.shape[-1]) - P + 1, np.arange(P, A.shape[-1])),
-     "transposed entry"),
-    (lambda A, P: A[:, :, np.arange(P, A.shape[-1]), np.arange(1, A.shape[-1] - P + 1)].sum(2)
-     .mean(0), "sums the stripe"),
-    (lambda A, P: A[:, :, np.arange(P, A.shape[-1]), np.arange(1, A.shape[-1] - P + 1)]
-     .sum(axis=(0, 2)) / (A.shape[0] * A.shape[-1]), "averages over every query"),
-    (lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - 1),
-     "previous token"),
-    (lambda A, P: _stripe(A, np.arange(P + 1, A.shape[-1]), np.arange(P + 1, A.shape[-1]) - P + 1),
-     "one query late"),
-    (lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - P - 1),
-     "t - period - 1"),
-    (lambda A, P: A[:, :, np.arange(P, A.shape[-1]), np.arange(1, A.shape[-1] - P + 1)].max(2)
-     .mean(0), "largest weight"),
+    (
+        lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - P),
+        "duplicate-token",
+    ),
+    (
+        lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - P + 2),
+        "one past the token",
+    ),
+    (
+        lambda A, P: _stripe(
+            A, np.arange(P - 1, A.shape[-1]), np.arange(P - 1, A.shape[-1]) - P + 1
+        ),
+        "starts at query period - 1",
+    ),
+    (
+        lambda A, P: _stripe(A, np.arange(P, A.shape[-1]) - P + 1, np.arange(P, A.shape[-1])),
+        "transposed entry",
+    ),
+    (
+        lambda A, P: (
+            A[:, :, np.arange(P, A.shape[-1]), np.arange(1, A.shape[-1] - P + 1)].sum(2).mean(0)
+        ),
+        "sums the stripe",
+    ),
+    (
+        lambda A, P: (
+            A[:, :, np.arange(P, A.shape[-1]), np.arange(1, A.shape[-1] - P + 1)].sum(axis=(0, 2))
+            / (A.shape[0] * A.shape[-1])
+        ),
+        "averages over every query",
+    ),
+    (
+        lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - 1),
+        "previous token",
+    ),
+    (
+        lambda A, P: _stripe(
+            A, np.arange(P + 1, A.shape[-1]), np.arange(P + 1, A.shape[-1]) - P + 1
+        ),
+        "one query late",
+    ),
+    (
+        lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1]) - P - 1),
+        "t - period - 1",
+    ),
+    (
+        lambda A, P: (
+            A[:, :, np.arange(P, A.shape[-1]), np.arange(1, A.shape[-1] - P + 1)].max(2).mean(0)
+        ),
+        "largest weight",
+    ),
     (lambda A, P: _stripe(A, np.arange(P, A.shape[-1]), np.arange(P, A.shape[-1])), "on itself"),
-    (lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3).mean(dim=(0, 2)),
-     "starts at query period - 1"),
-    (lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3)[:, :, 1:].mean(dim=0),
-     "averages over the batch only"),
-    (lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3)[:, :, 1:].sum(dim=(0, 2))
-     / A.shape[2], "times the right one"),
-]  # fmt: skip
+    (
+        lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3).mean(dim=(0, 2)),
+        "starts at query period - 1",
+    ),
+    (
+        lambda A, P: torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3)[:, :, 1:].mean(dim=0),
+        "averages over the batch only",
+    ),
+    (
+        lambda A, P: (
+            torch.diagonal(A, offset=-(P - 1), dim1=2, dim2=3)[:, :, 1:].sum(dim=(0, 2))
+            / A.shape[2]
+        ),
+        "times the right one",
+    ),
+]
 
 
 @pytest.mark.parametrize(("fn", "words"), PREFIX_WRONG, ids=[w for _, w in PREFIX_WRONG])
@@ -199,34 +241,56 @@ def test_perplexity_accepts_correct_forms(capsys, fn):
 
 def _losses(logits, ids):
     logits, ids = torch.as_tensor(logits), torch.as_tensor(ids)
-    return torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:],
-                                             reduction="none")  # fmt: skip
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none"
+    )
 
 
 PPL_WRONG = [
-    (lambda z, ids: torch.nn.functional.cross_entropy(torch.as_tensor(z).transpose(1, 2),
-                                                      torch.as_tensor(ids)).exp(), "shift by one"),
+    (
+        lambda z, ids: torch.nn.functional.cross_entropy(
+            torch.as_tensor(z).transpose(1, 2), torch.as_tensor(ids)
+        ).exp(),
+        "shift by one",
+    ),
     (lambda z, ids: _losses(z, ids).exp().mean(), "per-token perplexities"),
     (lambda z, ids: _losses(z, ids).mean(1).exp().mean(), "perplexities of the sequences"),
     (lambda z, ids: 2 ** _losses(z, ids).mean(), "base 2"),
     (lambda z, ids: _losses(z, ids).sum().exp(), "summed loss"),
-    (lambda z, ids: np.exp(-np.take_along_axis(z[:, :-1], ids[:, 1:, None], -1).mean()),
-     "raw logits as log-probabilities"),
+    (
+        lambda z, ids: np.exp(-np.take_along_axis(z[:, :-1], ids[:, 1:, None], -1).mean()),
+        "raw logits as log-probabilities",
+    ),
     (lambda z, ids: _losses(z, ids).mean(), "mean loss (cross-entropy)"),
-    (lambda z, ids: 1 / torch.softmax(torch.as_tensor(z), -1)[:, :-1]
-     .gather(-1, torch.as_tensor(ids)[:, 1:, None]).mean(), "1 / mean probability"),
+    (
+        lambda z, ids: (
+            1
+            / torch.softmax(torch.as_tensor(z), -1)[:, :-1]
+            .gather(-1, torch.as_tensor(ids)[:, 1:, None])
+            .mean()
+        ),
+        "1 / mean probability",
+    ),
     (lambda z, ids: _losses(z, ids).mean(1).exp(), "keeps the sequences apart"),
-    (lambda z, ids: torch.nn.functional.cross_entropy(torch.as_tensor(z)[:, 1:].transpose(1, 2),
-                                                      torch.as_tensor(ids)[:, :-1]).exp(),
-     "shifts the wrong way"),
+    (
+        lambda z, ids: torch.nn.functional.cross_entropy(
+            torch.as_tensor(z)[:, 1:].transpose(1, 2), torch.as_tensor(ids)[:, :-1]
+        ).exp(),
+        "shifts the wrong way",
+    ),
     (lambda z, ids: (-_losses(z, ids).mean()).exp(), "minus sign"),
     (lambda z, ids: 10 ** _losses(z, ids).mean(), "base 10"),
-    (lambda z, ids: torch.exp(-torch.log_softmax(torch.as_tensor(z), 1)[:, :-1]
-                              .gather(-1, torch.as_tensor(ids)[:, 1:, None]).mean()),
-     "over the positions"),
+    (
+        lambda z, ids: torch.exp(
+            -torch.log_softmax(torch.as_tensor(z), 1)[:, :-1]
+            .gather(-1, torch.as_tensor(ids)[:, 1:, None])
+            .mean()
+        ),
+        "over the positions",
+    ),
     (lambda z, ids: _losses(z, ids).mean().exp() + 1, "adds 1 to exp(mean loss)"),
     (lambda z, ids: torch.expm1(_losses(z, ids).mean()), "expm1"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("fn", "words"), PPL_WRONG, ids=[w for _, w in PPL_WRONG])

@@ -427,7 +427,7 @@ SOFTCAP_WRONG = [
     (lambda q, k, v, c: _attn(q, k, v, c)[..., :-1], "expected shape"),
     (lambda q, k, v, c: _attn(q, k, v, c).half(), "only to about 1e-3"),
     (lambda q, k, v, c: None, "not implemented"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("fn, words", SOFTCAP_WRONG)

@@ -68,9 +68,17 @@ def delta_torch_float32(S, k, v, beta):
 
 @pytest.mark.parametrize(
     "fn",
-    [delta_outer, delta_k_at_S, delta_projector, delta_torch, delta_torch_only, delta_library,
-     delta_float32, delta_torch_float32],
-)  # fmt: skip
+    [
+        delta_outer,
+        delta_k_at_S,
+        delta_projector,
+        delta_torch,
+        delta_torch_only,
+        delta_library,
+        delta_float32,
+        delta_torch_float32,
+    ],
+)
 def test_delta_step_accepts_correct_forms(capsys, fn):
     assert check_delta_step(fn)
     out = verdict(capsys)

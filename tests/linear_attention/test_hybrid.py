@@ -32,14 +32,28 @@ def hf_model(layer_types, *, tie=False, rotary=0.25, h_k=2, h_v=4, dtype=torch.f
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     cfg = Qwen3_5TextConfig(
-        vocab_size=V, hidden_size=32, intermediate_size=40, num_hidden_layers=len(layer_types),
-        layer_types=list(layer_types), num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-        linear_num_key_heads=h_k, linear_num_value_heads=h_v, linear_key_head_dim=8,
-        linear_value_head_dim=6, linear_conv_kernel_dim=4, max_position_embeddings=96,
-        tie_word_embeddings=tie, rope_parameters={"rope_theta": 500.0, "rope_type": "default",
-                                                  "partial_rotary_factor": rotary},
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=40,
+        num_hidden_layers=len(layer_types),
+        layer_types=list(layer_types),
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        linear_num_key_heads=h_k,
+        linear_num_value_heads=h_v,
+        linear_key_head_dim=8,
+        linear_value_head_dim=6,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=96,
+        tie_word_embeddings=tie,
+        rope_parameters={
+            "rope_theta": 500.0,
+            "rope_type": "default",
+            "partial_rotary_factor": rotary,
+        },
         eos_token_id=None,
-    )  # fmt: skip
+    )
     torch.manual_seed(seed)
     model = Qwen3_5ForCausalLM(cfg).to(dtype).eval()
     gen = torch.Generator().manual_seed(seed)
@@ -66,9 +80,12 @@ LAYOUTS = [
 @pytest.mark.parametrize("layer_types", LAYOUTS)
 @pytest.mark.parametrize(
     "tie, rotary, h_k, dtype",
-    [(False, 0.25, 2, torch.float32), (True, 0.5, 4, torch.float32),
-     (False, 1.0, 1, torch.float64)],
-)  # fmt: skip
+    [
+        (False, 0.25, 2, torch.float32),
+        (True, 0.5, 4, torch.float32),
+        (False, 1.0, 1, torch.float64),
+    ],
+)
 def test_logits_equal_transformers(layer_types, tie, rotary, h_k, dtype):
     hf = hf_model(layer_types, tie=tie, rotary=rotary, h_k=h_k, dtype=dtype)
     ours = HybridLM.from_hf(hf, chunk_size=4)

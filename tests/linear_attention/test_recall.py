@@ -49,8 +49,12 @@ from tests.linear_attention.linear_inputs import assert_near
 def test_every_layer_of_every_model_holds_the_budget():
     for budget in BUDGETS:
         assert set(VARIANTS[budget]) == {
-            "softmax", "linear attention", "DeltaNet", "gated DeltaNet", "hybrid 3:1"
-        }  # fmt: skip
+            "softmax",
+            "linear attention",
+            "DeltaNet",
+            "gated DeltaNet",
+            "hybrid 3:1",
+        }
         for name, cfg in VARIANTS[budget].items():
             assert layer_numbers(cfg) == [budget * N] * LAYERS, (budget, name)
             model = make_model(cfg, 0)
@@ -94,8 +98,9 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match=r"rule = 'mamba'; expected one of"):
         StateMixer(64, 2, 4, 4, "mamba")
     with pytest.raises(ValueError, match=r"a mask is given but the layer is a StateMixer"):
-        make_model(VARIANTS[32]["DeltaNet"], 0)(torch.zeros(1, 24, dtype=torch.long),
-                                                torch.ones(24, 24, dtype=torch.bool))  # fmt: skip
+        make_model(VARIANTS[32]["DeltaNet"], 0)(
+            torch.zeros(1, 24, dtype=torch.long), torch.ones(24, 24, dtype=torch.bool)
+        )
 
 
 def test_accuracy_by_pair_is_the_accuracy_split_by_the_pair_asked_for():
@@ -137,9 +142,16 @@ def test_extending_the_cache_keeps_its_runs_and_trains_only_the_missing_seeds(
 ):
     from mha_lib.linear_attention import recall as module
 
-    old = {**module.provenance("python -m mha_lib.linear_attention.recall"), "task": TASK,
-           "train": {"steps": 1}, "seeds": [0, 1], "budgets": [32], "variants": {"32": {}},
-           "runs": [{"seed": 0}, {"seed": 1}], "minutes": 1.0}  # fmt: skip
+    old = {
+        **module.provenance("python -m mha_lib.linear_attention.recall"),
+        "task": TASK,
+        "train": {"steps": 1},
+        "seeds": [0, 1],
+        "budgets": [32],
+        "variants": {"32": {}},
+        "runs": [{"seed": 0}, {"seed": 1}],
+        "minutes": 1.0,
+    }
     path = tmp_path / "sweep.json"
     path.write_text(__import__("json").dumps(old))
     asked = []

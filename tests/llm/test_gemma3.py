@@ -24,8 +24,10 @@ pytestmark = pytest.mark.skipif(not GEMMA_INSTALLED, reason="the gemma3 packages
 
 LOGIT_ATOL = 2e-3  # see the module docstring
 PROMPT = "The capital of France is"
-EXPECTED = (" the capital of the country of France. It is the largest city in France and the "
-            "second largest city in Europe. It is located in the middle of")  # fmt: skip
+EXPECTED = (
+    " the capital of the country of France. It is the largest city in France and the "
+    "second largest city in Europe. It is located in the middle of"
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,16 +48,23 @@ def test_the_weights_equal_transformers_with_the_norms_folded(pair):
     sd = ref.state_dict()
     params = dict(ours.named_parameters())
     for l in (0, 5, 17):
-        for mine, theirs in (("self_attn.q_proj", "self_attn.q_proj"),
-                             ("mlp.down_proj", "mlp.down_proj")):  # fmt: skip
-            assert_close(params[f"layers.{l}.{mine}.weight"],
-                         sd[f"model.layers.{l}.{theirs}.weight"], rtol=0, atol=0)  # fmt: skip
+        for mine, theirs in (
+            ("self_attn.q_proj", "self_attn.q_proj"),
+            ("mlp.down_proj", "mlp.down_proj"),
+        ):
+            assert_close(
+                params[f"layers.{l}.{mine}.weight"],
+                sd[f"model.layers.{l}.{theirs}.weight"],
+                rtol=0,
+                atol=0,
+            )
     for name, p in params.items():
         if "norm" in name:
             theirs = "model." + name.replace("norm1", "input_layernorm").replace(
-                "norm2", "pre_feedforward_layernorm").replace(
-                "post_pre_feedforward_layernorm", "post_feedforward_layernorm").replace(
-                "post_input_layernorm", "post_attention_layernorm")  # fmt: skip
+                "norm2", "pre_feedforward_layernorm"
+            ).replace("post_pre_feedforward_layernorm", "post_feedforward_layernorm").replace(
+                "post_input_layernorm", "post_attention_layernorm"
+            )
             assert_close(p, 1.0 + sd[theirs], rtol=0, atol=0)
     embed = ours.embed.dequantize()  # the quantized embedding, all its rows
     assert_close(embed, sd["model.embed_tokens.weight"], rtol=0, atol=0)
@@ -93,8 +102,14 @@ def test_24_greedy_tokens_equal_transformers(pair):
     ids = torch.tensor([tok.encode(PROMPT, add_bos=True)])
     trace = Trace()
     out = generate(ours, ids, 24, stop_ids=(), trace=trace)
-    expected = ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24,
-                            min_new_tokens=24, do_sample=False, pad_token_id=0)  # fmt: skip
+    expected = ref.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=24,
+        min_new_tokens=24,
+        do_sample=False,
+        pad_token_id=0,
+    )
     assert out.tolist() == expected.tolist()
     assert tok.decode(out[0, ids.shape[1] :]).startswith(EXPECTED[:60])
     assert min(trace.logit_margins) > 1e-2  # no near-tie: the equality is not luck
@@ -112,8 +127,9 @@ def test_the_default_encoding_starts_at_bos_and_generates_as_transformers(pair):
     ids = torch.tensor([tok.encode(PROMPT)])  # (1, 6)
     assert ids[0, 0] == tok.bos_id and ids[0, 1:].tolist() == tok.encode(PROMPT, add_bos=False)
     out = generate(ours, ids, 20)
-    expected = ref.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20,
-                            do_sample=False, pad_token_id=0)  # fmt: skip
+    expected = ref.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False, pad_token_id=0
+    )
     assert out.tolist() == expected.tolist()
     completion = tok.decode(out[0, ids.shape[1] :])
     assert completion.startswith(EXPECTED[:60])

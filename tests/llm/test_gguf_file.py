@@ -75,7 +75,10 @@ def test_every_value_the_table_and_the_bytes_equal_ggufs_own_reader(real):
     for t in ref.tensors:
         info = real.tensors[t.name]
         assert (info.qtype, info.shape, info.nbytes) == (
-            t.tensor_type.name, tuple(reversed(t.shape.tolist())), int(t.n_bytes))  # fmt: skip
+            t.tensor_type.name,
+            tuple(reversed(t.shape.tolist())),
+            int(t.n_bytes),
+        )
         assert real.raw(t.name).dtype == t.data.dtype and np.array_equal(real.raw(t.name), t.data)
 
 
@@ -96,8 +99,11 @@ def test_skip_arrays_gives_the_same_table_values_and_bytes(real):
         assert np.array_equal(ours, theirs), name
     assert light.metadata()["tokenizer.ggml.tokens"] == "[49152 items]"
     assert light.metadata()["llama.block_count"] == 30
-    with pytest.raises(ValueError, match=r"tokenizer\.ggml\.merges is an array of 48900 items, "
-                       "skipped: the file was opened with skip_arrays=True"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"tokenizer\.ggml\.merges is an array of 48900 items, "
+        "skipped: the file was opened with skip_arrays=True",
+    ):
         light.value("tokenizer.ggml.merges")
     with pytest.raises(KeyError, match=r"no metadata key 'llama\.nothing'"):
         light.value("llama.nothing")
@@ -189,12 +195,26 @@ def test_every_supported_format_reads_back(tmp_path, qtype, skip_arrays):
         assert f.value("small") == 7 and f.metadata()["words"] == words
         expected = dequantize(quantize(a, kind), kind) if qtype != "F32" else a
         assert_close(f.read("x").numpy(), expected, rtol=0, atol=0)
-        assert_close(f.read("x", rows=(1, 3), cols=(32, 96)).numpy(), expected[1:3, 32:], rtol=0,
-                     atol=0)  # fmt: skip
+        assert_close(
+            f.read("x", rows=(1, 3), cols=(32, 96)).numpy(), expected[1:3, 32:], rtol=0, atol=0
+        )
         error = 1 / 2 ** {"Q4_0": 3, "Q4_1": 3, "Q5_0": 4, "Q5_1": 4, "Q8_0": 6}.get(qtype, 7)
         assert_close(f.read("x").numpy(), a, rtol=0, atol=error * np.abs(a).max())
-    assert set(QUANT_FORMATS) == {"F32", "F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0",
-                                  "Q6_K", "Q5_K", "Q4_K", "Q3_K", "Q2_K"}  # fmt: skip
+    assert set(QUANT_FORMATS) == {
+        "F32",
+        "F16",
+        "BF16",
+        "Q8_0",
+        "Q5_1",
+        "Q5_0",
+        "Q4_1",
+        "Q4_0",
+        "Q6_K",
+        "Q5_K",
+        "Q4_K",
+        "Q3_K",
+        "Q2_K",
+    }
 
 
 # ------------------------------------------------------------------------------- bad input
@@ -258,8 +278,7 @@ def test_k_quants_are_read_whole_and_in_parts(tmp_path, qtype):
     with GGUFFile(tmp_path / "k.gguf") as f:
         assert f.tensors["x"].shape == (5, 512) and f.tensors["x"].qtype == qtype
         assert_close(f.read("x"), expected, rtol=0, atol=0)
-        assert_close(f.read("x", rows=(1, 4), cols=(256, 512)), expected[1:4, 256:], rtol=0,
-                     atol=0)  # fmt: skip
+        assert_close(f.read("x", rows=(1, 4), cols=(256, 512)), expected[1:4, 256:], rtol=0, atol=0)
         with pytest.raises(ValueError, match="blocks of 256 weights"):
             f.read("x", cols=(32, 256))
 

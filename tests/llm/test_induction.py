@@ -63,12 +63,12 @@ def test_stripes_on_hand_made_patterns():
     previous = torch.diag(torch.ones(N - 1), -1)
     previous[0, 0] = 1.0
     A = torch.stack([induction, previous]).expand(3, 2, 2, N, N)  # (L, B, h, N, N)
-    assert_close(stripe_score(A, 4, 5), torch.tensor([[1.0, 0.0]] * 3), rtol=0, atol=0)
+    assert_close(stripe_score(A, -4, 5), torch.tensor([[1.0, 0.0]] * 3), rtol=0, atol=0)
     # the induction pattern's query 1 looks at key 0, its previous token: 1 of the 9 queries
-    assert_close(stripe_score(A, 1, 1), torch.tensor([[1 / 9, 1.0]] * 3), rtol=0, atol=1e-7)
-    assert stripe_score(A, 1, 1, per_sequence=True).shape == (2, 3, 2)
-    with pytest.raises(ValueError, match="offset = 3, start = 2"):
-        stripe_score(A, 3, 2)
+    assert_close(stripe_score(A, -1, 1), torch.tensor([[1 / 9, 1.0]] * 3), rtol=0, atol=1e-7)
+    assert stripe_score(A, -1, 1, per_sequence=True).shape == (2, 3, 2)
+    with pytest.raises(ValueError, match="offset = -3, start = 2"):
+        stripe_score(A, -3, 2)
 
 
 def test_induction_and_previous_token_score_equal_transformers(smollm2, repeated):
@@ -126,8 +126,8 @@ def test_swapped_stripe_with_one_stream_is_the_layers_own_score(smollm2):
     with torch.no_grad():
         _, weights = model(ids, need_weights=True)
     for l in (2, 17):
-        expected = stripe_score(weights[l][None], P - 1, P)[0]  # (h,)
-        assert_close(swapped_stripe(model, l, x[l], x[l], P - 1, P), expected, rtol=0, atol=1e-5)
+        expected = stripe_score(weights[l][None], 1 - P, P)[0]  # (h,)
+        assert_close(swapped_stripe(model, l, x[l], x[l], 1 - P, P), expected, rtol=0, atol=1e-5)
 
 
 def test_the_circuits_give_the_layers_scores_and_outputs(smollm2):
@@ -181,11 +181,12 @@ def test_the_cached_sweep_regenerates(smollm2):
     ids = random_tokens(2, period, sweep["seeds"]["held out"])
     with torch.no_grad():
         _, weights = model(ids, need_weights=True)
-    scores = stripe_score(torch.stack(weights), period - 1, period, per_sequence=True)
+    scores = stripe_score(torch.stack(weights), 1 - period, period, per_sequence=True)
     cached = torch.tensor(sweep["scores"]["held out"]["induction"][:2])  # (2, L, h)
     assert_close(scores, cached, rtol=0, atol=2e-3)
-    assert_close(copy_losses(model, ids, period), torch.tensor(sweep["copy losses"][:2]),
-                 rtol=0, atol=2e-3)  # fmt: skip
+    assert_close(
+        copy_losses(model, ids, period), torch.tensor(sweep["copy losses"][:2]), rtol=0, atol=2e-3
+    )
     top = [tuple(x) for x in sweep["ablations"]["1"]["top"]]
     removed = copy_losses(model, ids, period, head_mask_without(top, 30, 9))[:, 1]
     cached = torch.tensor(sweep["ablations"]["1"]["top second copy"][:2])
@@ -235,8 +236,9 @@ def test_the_cached_periods_regenerate(smollm2):
     for name, values in part["statistics"][str(period)].items():
         expected = torch.tensor(cached["statistics"][str(period)][name][:2])
         assert_close(torch.tensor(values), expected, rtol=0, atol=2e-3)
-    assert all(len(v) == cached["batch"] for per in cached["statistics"].values()
-               for v in per.values())  # fmt: skip
+    assert all(
+        len(v) == cached["batch"] for per in cached["statistics"].values() for v in per.values()
+    )
 
 
 def test_the_circuits_fold_the_query_scale_and_refuse_what_is_not_linear_by_name():
@@ -264,9 +266,12 @@ def test_the_circuits_fold_the_query_scale_and_refuse_what_is_not_linear_by_name
         ov_circuit(gemma2, 1, 3)
     with pytest.raises(ValueError, match=r"distance = 5: layer 0 .* \(sliding_window\)"):
         qk_circuit(gemma2, 0, 0, 5)  # Gemma 2's even layers slide over 5 keys
-    refusals = (("qwen3", "qk_norm", qk_circuit), ("qwen2", "attention_bias", qk_circuit),
-                ("qwen2", "attention_bias", ov_circuit),
-                ("attn_output_gate", "attn_output_gate", ov_circuit))  # fmt: skip
+    refusals = (
+        ("qwen3", "qk_norm", qk_circuit),
+        ("qwen2", "attention_bias", qk_circuit),
+        ("qwen2", "attention_bias", ov_circuit),
+        ("attn_output_gate", "attn_output_gate", ov_circuit),
+    )
     for name, option, circuit in refusals:
         model = RandomWeights(cfgs[name]).model()
         with pytest.raises(ValueError, match=f"^{option}: "):

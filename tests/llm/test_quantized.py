@@ -124,8 +124,10 @@ def test_bad_input_is_named(small):
         ValueError, match=r"scales has dtype torch.float16 and shape \(4, 2\); expec"
     ):
         QuantizedEmbedding(torch.zeros(4, 32, dtype=torch.int8), torch.zeros(4, 2).half())
-    with pytest.raises(ValueError, match=r"chunk_rows = 0; expected a positive int"):
+    with pytest.raises(ValueError, match=r"chunk_rows must be at least 1; got 0"):
         QuantizedEmbedding.from_gguf(f, chunk_rows=0)
+    with pytest.raises(TypeError, match=r"chunk_rows must be an int; got bool"):
+        QuantizedEmbedding.from_gguf(f, chunk_rows=True)
 
 
 @pytest.mark.skipif(not GEMMA_INSTALLED, reason="the gemma3 part packages are not installed")

@@ -51,8 +51,9 @@ def test_first_token_attention_equals_transformers(smollm2, paragraphs):
         ours = first_token_attention(model, ids, start=start)
         assert ours.shape == (30, 9)
         assert_close(ours, expected, rtol=0, atol=1e-4)
-    assert_close(position_attention(A, key=3, start=10), A[:, :, :, 10:, 3].mean(dim=(1, 3)),
-                 rtol=0, atol=0)  # fmt: skip
+    assert_close(
+        position_attention(A, key=3, start=10), A[:, :, :, 10:, 3].mean(dim=(1, 3)), rtol=0, atol=0
+    )
 
 
 def test_the_uniform_baseline_is_uniform_attention_scored_alike():
@@ -144,7 +145,9 @@ def test_the_documentation_stretches_leave_out_notebook_13s_paragraphs(smollm2):
     assert not any(p[:80] in text for p in used)
     for kind in ("code", "licence"):
         assert kind_stretches(tok, kind, SWEEP["length"], counts[kind]).shape == (
-            counts[kind], SWEEP["length"])  # fmt: skip
+            counts[kind],
+            SWEEP["length"],
+        )
 
 
 def test_the_cached_sweep_regenerates(smollm2):
@@ -172,8 +175,9 @@ def test_the_sweep_command_reproduces_a_slice(smollm2):
     lengths = tuple(sweep["lengths"][:2])
     part = run_sweep(model, tok, stretches={"code": 1}, lengths=lengths)
     assert part["made by"] == sweep["made by"] and part["lengths"] == list(lengths)
-    assert_close(np.array(part["scores"]["code"][0]), sweep_scores(sweep, "code")[0, :2],
-                 rtol=0, atol=2e-4)  # fmt: skip
+    assert_close(
+        np.array(part["scores"]["code"][0]), sweep_scores(sweep, "code")[0, :2], rtol=0, atol=2e-4
+    )
 
 
 def test_bad_arguments():

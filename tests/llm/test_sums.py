@@ -30,9 +30,16 @@ def test_the_sums_claims_hold_on_a_seed_the_notebook_never_drew(smollm2):
     model, tok = smollm2
     ask = _cell("SEEDS = (12, 13, 14)")
     check = _cell("wrong on over 80 %")
-    namespace = {"model": model, "tok": tok, "torch": torch, "re": re, "Counter": Counter,
-                 "generate": generate, "release_freed_memory": release_freed_memory,
-                 "wilson_interval": wilson_interval}  # fmt: skip
+    namespace = {
+        "model": model,
+        "tok": tok,
+        "torch": torch,
+        "re": re,
+        "Counter": Counter,
+        "generate": generate,
+        "release_freed_memory": release_freed_memory,
+        "wilson_interval": wilson_interval,
+    }
     exec(ask.replace("SEEDS = (12, 13, 14)", f"SEEDS = ({NEW_SEED},)", 1), namespace)
     assert set(namespace["said"]) == {("plain", NEW_SEED), ("chat", NEW_SEED)}
     exec(check, namespace)  # the notebook's assertions, on the new seed

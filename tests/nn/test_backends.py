@@ -116,8 +116,12 @@ def test_soft_capping_and_sink_logits_as_the_definition_says(fn, n, m):
     sinks = torch.linspace(-1, 2, 6, dtype=torch.float64)
     cap = softcap_score_mod(2.0)
     assert_close(fn(q, k, v, score_mod=cap), written_out(q, k, v, cap=2.0), rtol=0, atol=1e-12)
-    assert_close(fn(q, k, v, sink_logits=sinks, window=5),
-                 written_out(q, k, v, window=5, sinks=sinks), rtol=0, atol=1e-12)  # fmt: skip
+    assert_close(
+        fn(q, k, v, sink_logits=sinks, window=5),
+        written_out(q, k, v, window=5, sinks=sinks),
+        rtol=0,
+        atol=1e-12,
+    )
     assert not torch.allclose(fn(q, k, v, score_mod=cap), fn(q, k, v))
     w = attention_weights(q, k, sink_logits=sinks)
     assert (w.sum(-1) < 1).all()  # every row gave the sink some weight

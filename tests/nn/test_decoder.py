@@ -61,9 +61,18 @@ def odd():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=101, hidden_size=48, intermediate_size=72, num_hidden_layers=3,
-                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64,
-                      rope_theta=1000.0, rms_norm_eps=1e-5, tie_word_embeddings=True)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=101,
+        hidden_size=48,
+        intermediate_size=72,
+        num_hidden_layers=3,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        rope_theta=1000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+    )
     hf = LlamaForCausalLM(cfg).double().eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
@@ -311,8 +320,11 @@ def test_a_refused_call_leaves_the_cache_unchanged(odd):
     with torch.no_grad():
         ours(torch.tensor([[1, 2, 3]]), cache)
         before = [c.k.clone() for c in cache.layers]
-        for bad in (torch.tensor([[4, 500]]), torch.zeros(1, 8, dtype=torch.long),
-                    torch.zeros(2, 1, dtype=torch.long)):  # fmt: skip
+        for bad in (
+            torch.tensor([[4, 500]]),
+            torch.zeros(1, 8, dtype=torch.long),
+            torch.zeros(2, 1, dtype=torch.long),
+        ):
             with pytest.raises(ValueError):
                 ours(bad, cache)
     assert cache.length == 3
@@ -345,22 +357,44 @@ def qwen3():
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(1)
-    cfg = Qwen3Config(vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-                      num_attention_heads=6, num_key_value_heads=3, head_dim=12,
-                      max_position_embeddings=64, rope_theta=5000.0, rms_norm_eps=1e-6,
-                      tie_word_embeddings=True)  # fmt: skip
+    cfg = Qwen3Config(
+        vocab_size=97,
+        hidden_size=48,
+        intermediate_size=80,
+        num_hidden_layers=2,
+        num_attention_heads=6,
+        num_key_value_heads=3,
+        head_dim=12,
+        max_position_embeddings=64,
+        rope_theta=5000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    )
     hf = Qwen3ForCausalLM(cfg).double().eval()
     with torch.no_grad():
         for name, p in hf.named_parameters():
             if "norm" in name:
                 p.uniform_(0.5, 1.5)
     c = hf.config
-    ours = DecoderLM(DecoderConfig(
-        vocab_size=c.vocab_size, hidden_size=c.hidden_size, num_layers=c.num_hidden_layers,
-        num_heads=c.num_attention_heads, num_kv_heads=c.num_key_value_heads, head_dim=c.head_dim,
-        intermediate_size=c.intermediate_size, rope_base=float(c.rope_parameters["rope_theta"]),
-        rms_norm_eps=c.rms_norm_eps, context_length=c.max_position_embeddings, qk_norm=True,
-    )).double().eval()  # fmt: skip
+    ours = (
+        DecoderLM(
+            DecoderConfig(
+                vocab_size=c.vocab_size,
+                hidden_size=c.hidden_size,
+                num_layers=c.num_hidden_layers,
+                num_heads=c.num_attention_heads,
+                num_kv_heads=c.num_key_value_heads,
+                head_dim=c.head_dim,
+                intermediate_size=c.intermediate_size,
+                rope_base=float(c.rope_parameters["rope_theta"]),
+                rms_norm_eps=c.rms_norm_eps,
+                context_length=c.max_position_embeddings,
+                qk_norm=True,
+            )
+        )
+        .double()
+        .eval()
+    )
     sd = hf.state_dict()
     ours.load_state_dict({k: sd[v] for k, v in hf_names(ours.config).items()})
     return hf, ours
@@ -388,9 +422,19 @@ def test_the_rope_layout_switch_moves_the_qk_norm_weights_too(qwen3):
 
 
 def test_partial_rope_turns_the_first_rope_dim_numbers_only():
-    cfg = DecoderConfig(vocab_size=11, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
-                        head_dim=8, intermediate_size=8, rope_base=100.0, rms_norm_eps=1e-6,
-                        context_length=32, rope_dim=4)  # fmt: skip
+    cfg = DecoderConfig(
+        vocab_size=11,
+        hidden_size=16,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=8,
+        intermediate_size=8,
+        rope_base=100.0,
+        rms_norm_eps=1e-6,
+        context_length=32,
+        rope_dim=4,
+    )
     attn = DecoderLM(cfg).double().layers[0].self_attn
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
     pos = torch.arange(3, 8)
@@ -447,8 +491,14 @@ def test_other_architectures_decode_with_their_caches(other):
         assert kinds == {"KVCache", "SinkKVCache"} and windows == {5} and not cache.rolling
     prompt = ids[:, :9]
     out = generate(ours, prompt, 12, stop_ids=())
-    ref = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12,
-                      min_new_tokens=12, do_sample=False, pad_token_id=0)  # fmt: skip
+    ref = hf.generate(
+        prompt,
+        attention_mask=torch.ones_like(prompt),
+        max_new_tokens=12,
+        min_new_tokens=12,
+        do_sample=False,
+        pad_token_id=0,
+    )
     assert out.tolist() == ref.tolist(), kind
 
 
@@ -480,9 +530,18 @@ def test_a_gemma3_layer_has_its_type_its_base_and_its_cache():
 
 
 def test_unknown_layer_types_and_bad_options_are_refused():
-    base = dict(vocab_size=11, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
-                head_dim=8, intermediate_size=8, rope_base=100.0, rms_norm_eps=1e-6,
-                context_length=32)  # fmt: skip
+    base = dict(
+        vocab_size=11,
+        hidden_size=16,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=8,
+        intermediate_size=8,
+        rope_base=100.0,
+        rms_norm_eps=1e-6,
+        context_length=32,
+    )
     with pytest.raises(ValueError, match=r"layer_types\[1\] = 'local' is not a layer"):
         DecoderConfig(**base, layer_types=("full_attention", "local"))
     with pytest.raises(ValueError, match="layer_types has 1 entries; expected one per layer"):
@@ -491,8 +550,9 @@ def test_unknown_layer_types_and_bad_options_are_refused():
         DecoderConfig(**base, layer_types=("sliding_attention", "full_attention"))
     with pytest.raises(ValueError, match="mlp_activation = 'relu'; expected one of"):
         DecoderConfig(**base, mlp_activation="relu")
-    cfg = DecoderConfig(**base, layer_types=["sliding_attention", "full_attention"],
-                        sliding_window=4)  # fmt: skip
+    cfg = DecoderConfig(
+        **base, layer_types=["sliding_attention", "full_attention"], sliding_window=4
+    )
     assert cfg.layer_types == ("sliding_attention", "full_attention")  # a list becomes a tuple
     with pytest.raises(ValueError, match=r"notebook 09's kernel .* \['window'\]"):
         DecoderLM(cfg)(ids_of((1, 6), 11), attention="triton")
@@ -507,14 +567,32 @@ def test_the_gpt_oss_attention_layers_sink_logits_equal_transformers():
     from transformers.models.gpt_oss.modeling_gpt_oss import GptOssAttention
 
     torch.manual_seed(3)
-    c = tf.GptOssConfig(hidden_size=48, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                        num_hidden_layers=2, sliding_window=5, attention_bias=False,
-                        rope_parameters={"rope_type": "default", "rope_theta": 1000.0})  # fmt: skip
+    c = tf.GptOssConfig(
+        hidden_size=48,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        num_hidden_layers=2,
+        sliding_window=5,
+        attention_bias=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+    )
     c._attn_implementation = "eager"
-    cfg = DecoderConfig(vocab_size=11, hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
-                        head_dim=16, intermediate_size=8, rope_base=1000.0, rms_norm_eps=1e-6,
-                        context_length=64, layer_types=tuple(c.layer_types), sliding_window=5,
-                        attention_sinks=True)  # fmt: skip
+    cfg = DecoderConfig(
+        vocab_size=11,
+        hidden_size=48,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        intermediate_size=8,
+        rope_base=1000.0,
+        rms_norm_eps=1e-6,
+        context_length=64,
+        layer_types=tuple(c.layer_types),
+        sliding_window=5,
+        attention_sinks=True,
+    )
     ours = DecoderLM(cfg).double()
     x = torch.randn(2, 12, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
     pos = torch.arange(12)
@@ -525,8 +603,12 @@ def test_the_gpt_oss_attention_layers_sink_logits_equal_transformers():
         with torch.no_grad():
             ref.sinks.uniform_(-1.0, 3.0)
             mine = ours.layers[l].self_attn
-            for a, b in (("q_proj", "q_proj"), ("k_proj", "k_proj"), ("v_proj", "v_proj"),
-                         ("out_proj", "o_proj")):  # fmt: skip
+            for a, b in (
+                ("q_proj", "q_proj"),
+                ("k_proj", "k_proj"),
+                ("v_proj", "v_proj"),
+                ("out_proj", "o_proj"),
+            ):
                 getattr(mine, a).weight.copy_(getattr(ref, b).weight)
             mine.sink_logits.copy_(ref.sinks)
             window = 5 if mine.window else 12
@@ -554,27 +636,48 @@ def test_the_output_gate_equals_transformers_qwen3_5_attention():
         Qwen3_5TextRotaryEmbedding,
     )
 
-    hf_cfg = Qwen3_5TextConfig(vocab_size=11, hidden_size=24, intermediate_size=8,
-                               num_hidden_layers=1, layer_types=["full_attention"],
-                               num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                               max_position_embeddings=64)  # fmt: skip
+    hf_cfg = Qwen3_5TextConfig(
+        vocab_size=11,
+        hidden_size=24,
+        intermediate_size=8,
+        num_hidden_layers=1,
+        layer_types=["full_attention"],
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+    )
     hf_cfg._attn_implementation = "sdpa"
     hf = Qwen3_5Attention(hf_cfg, 0).double().eval()
     gen = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for p in hf.parameters():
             p.copy_(0.4 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
-    cfg = DecoderConfig(vocab_size=11, hidden_size=24, num_layers=1, num_heads=4, num_kv_heads=2,
-                        head_dim=8, intermediate_size=8, rope_base=10000.0, rms_norm_eps=1e-6,
-                        context_length=64, qk_norm=True, rope_dim=2,
-                        attn_output_gate=True)  # fmt: skip
+    cfg = DecoderConfig(
+        vocab_size=11,
+        hidden_size=24,
+        num_layers=1,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        intermediate_size=8,
+        rope_base=10000.0,
+        rms_norm_eps=1e-6,
+        context_length=64,
+        qk_norm=True,
+        rope_dim=2,
+        attn_output_gate=True,
+    )
     ours = DecoderLM(cfg).double().layers[0].self_attn
     q_and_gate = hf.q_proj.weight.view(4, 16, 24)  # (h, 2d, C)
     with torch.no_grad():
         ours.q_proj.weight.copy_(q_and_gate[:, :8].reshape(32, 24))
         ours.gate_proj.weight.copy_(q_and_gate[:, 8:].reshape(32, 24))
-        for mine, theirs in ((ours.k_proj, hf.k_proj), (ours.v_proj, hf.v_proj),
-                             (ours.out_proj, hf.o_proj)):  # fmt: skip
+        for mine, theirs in (
+            (ours.k_proj, hf.k_proj),
+            (ours.v_proj, hf.v_proj),
+            (ours.out_proj, hf.o_proj),
+        ):
             mine.weight.copy_(theirs.weight)
         ours.q_norm.weight.copy_(1 + hf.q_norm.weight)
         ours.k_norm.weight.copy_(1 + hf.k_norm.weight)
@@ -594,9 +697,18 @@ def test_the_output_gate_equals_transformers_qwen3_5_attention():
 
 
 def test_layer_types_name_each_layers_mixer_and_unknown_names_are_refused():
-    base = dict(vocab_size=11, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
-                head_dim=8, intermediate_size=8, rope_base=100.0, rms_norm_eps=1e-6,
-                context_length=32)  # fmt: skip
+    base = dict(
+        vocab_size=11,
+        hidden_size=16,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=8,
+        intermediate_size=8,
+        rope_base=100.0,
+        rms_norm_eps=1e-6,
+        context_length=32,
+    )
     cfg = DecoderConfig(**base, layer_types=["full_attention", "full_attention"])
     assert cfg.layer_types == ("full_attention", "full_attention")  # a tuple, hashable
     assert DecoderConfig(**base).layer_type(1) == "full_attention"

@@ -326,16 +326,16 @@ def test_hbm_bytes_grows_as_n_squared_over_the_query_block():
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "words"),
+    ("kwargs", "error", "words"),
     [
-        (dict(N=0, M=4, d=16), "N must be a positive int"),
-        (dict(N=4, M=4, d=16, form="fused"), "form must be one of"),
-        (dict(N=4, M=4, d=16, causal=True), "causal must be None"),
-        (dict(N=4, M=4, d=16, block_q=2.0), "block_q must be a positive int"),
+        (dict(N=0, M=4, d=16), ValueError, "N must be at least 1; got 0"),
+        (dict(N=4, M=4, d=16, form="fused"), ValueError, "form must be one of"),
+        (dict(N=4, M=4, d=16, causal=True), ValueError, "causal must be None"),
+        (dict(N=4, M=4, d=16, block_q=2.0), TypeError, "block_q must be an int; got float"),
     ],
 )
-def test_hbm_bytes_refuses_bad_input(kwargs, words):
-    with pytest.raises(ValueError, match=words):
+def test_hbm_bytes_refuses_bad_input(kwargs, error, words):
+    with pytest.raises(error, match=words):
         hbm_bytes(**kwargs)
 
 

@@ -61,8 +61,10 @@ def test_sampling_follows_the_distribution():
 
 def test_sampling_with_a_seed_repeats_and_respects_the_filters():
     z = logits_of((6, 40), seed=4)
-    draws = [pick_next(z, 0.7, top_k=5, top_p=0.8, generator=torch.Generator().manual_seed(5))
-             for _ in range(2)]  # fmt: skip
+    draws = [
+        pick_next(z, 0.7, top_k=5, top_p=0.8, generator=torch.Generator().manual_seed(5))
+        for _ in range(2)
+    ]
     assert torch.equal(draws[0], draws[1])
     allowed = top_p_filter(top_k_filter(z / 0.7, 5), 0.8).isfinite()
     assert allowed.gather(1, draws[0][:, None]).all()
@@ -100,7 +102,7 @@ def test_the_default_stop_is_the_models_end_of_turn(tiny):
 
 def test_bad_arguments(tiny):
     ids = torch.zeros(1, 3, dtype=torch.long)
-    with pytest.raises(ValueError, match="max_new_tokens = -1; expected >= 0"):
+    with pytest.raises(ValueError, match="max_new_tokens must be at least 0; got -1"):
         generate(tiny, ids, -1)
     with pytest.raises(TypeError, match="max_new_tokens must be an int; got float"):
         generate(tiny, ids, 2.0)
@@ -112,7 +114,9 @@ def test_bad_arguments(tiny):
         generate(tiny, ids, 2, temperature=-0.5)
     with pytest.raises(ValueError, match=r"top_p = 1\.5; expected a number in"):
         generate(tiny, ids, 2, temperature=1.0, top_p=1.5)
-    with pytest.raises(ValueError, match="top_k = 0; expected a positive int"):
+    with pytest.raises(ValueError, match="top_k must be at least 1; got 0"):
         generate(tiny, ids, 2, temperature=1.0, top_k=0)
+    with pytest.raises(TypeError, match="top_k must be an int; got float"):
+        generate(tiny, ids, 2, temperature=1.0, top_k=5.0)
     z = logits_of((1, 10))
     assert_close(top_p_filter(z, 1.0), z, rtol=0, atol=0)

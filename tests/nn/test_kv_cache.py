@@ -233,12 +233,16 @@ def test_a_sink_cache_update_rotates_where_it_says(rope_positions):
     k = torch.randn(1, 1, N, d, generator=g, dtype=torch.float64)
     cache = SinkKVCache(1, 1, d, W, S, rope_positions=rope_positions, dtype=torch.float64)
     for t in range(N):
-        qt, kt, vt = cache.update(q[:, :, t : t + 1], k[:, :, t : t + 1], k[:, :, t : t + 1],
-                                  torch.tensor([t]), rope)  # fmt: skip
+        qt, kt, vt = cache.update(
+            q[:, :, t : t + 1], k[:, :, t : t + 1], k[:, :, t : t + 1], torch.tensor([t]), rope
+        )
     kept = cache.positions()  # [0, 4, 5]
     places = torch.tensor(cache.cache_positions())  # [0, 1, 2]
-    where_q, where_k = (places[-1:], places) if rope_positions == "cache" else (
-        torch.tensor([N - 1]), torch.tensor(kept))  # fmt: skip
+    where_q, where_k = (
+        (places[-1:], places)
+        if rope_positions == "cache"
+        else (torch.tensor([N - 1]), torch.tensor(kept))
+    )
     torch.testing.assert_close(qt, rope(q[:, :, -1:], where_q), rtol=0, atol=1e-12)
     torch.testing.assert_close(kt, rope(k[:, :, kept], where_k), rtol=0, atol=1e-12)
     torch.testing.assert_close(vt, k[:, :, kept], rtol=0, atol=0)
@@ -278,9 +282,13 @@ def test_a_sliding_layers_cache_takes_chunks_past_its_window(chunks):
     q = torch.randn(1, 2, N, d, generator=g, dtype=torch.float64)
     k = torch.randn(1, 1, N, d, generator=g, dtype=torch.float64)
     v = torch.randn(1, 1, N, d, generator=g, dtype=torch.float64)
-    full = F.scaled_dot_product_attention(rope(q, torch.arange(N)), rope(k, torch.arange(N)), v,
-                                          attn_mask=torch.from_numpy(sliding_window_mask(N, W)),
-                                          enable_gqa=True)  # fmt: skip
+    full = F.scaled_dot_product_attention(
+        rope(q, torch.arange(N)),
+        rope(k, torch.arange(N)),
+        v,
+        attn_mask=torch.from_numpy(sliding_window_mask(N, W)),
+        enable_gqa=True,
+    )
     cache = SinkKVCache(1, 1, d, W, 0, rope_positions="original", dtype=torch.float64)
     assert cache.takes_chunks
     out, t = [], 0

@@ -337,13 +337,21 @@ def test_slider_machinery_on_a_stand_in(lab, tmp_path):
     slider cell, so the way the test moves a slider and sees the figure change is checked."""
     url, root = lab
     nb = {
-        "cells": [{"cell_type": "code", "metadata": {}, "source": SLIDER_CELL,
-                   "outputs": [], "execution_count": None}],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
-                                    "language": "python"}},
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": SLIDER_CELL,
+                "outputs": [],
+                "execution_count": None,
+            }
+        ],
+        "metadata": {
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
         "nbformat": 4,
         "nbformat_minor": 5,
-    }  # fmt: skip
+    }
     (root / "stand_in.ipynb").write_text(json.dumps(nb))
     with browser_page(tmp_path) as (page, errors, foreign):
         _run_all_and_slide(page, url, "stand_in.ipynb", "# explorer: watch the head form")

@@ -187,15 +187,15 @@ def test_run_in_chunks_is_the_whole_batch_run(ours, batch, chunk):
 
 
 @pytest.mark.parametrize(
-    "kwargs, needle",
+    "kwargs, error, needle",
     [
-        ({"chunk": 0}, "chunk must be a positive int; got 0"),
-        ({"chunk": 2.0}, "chunk must be a positive int; got 2.0"),
-        ({"chunk": True}, "chunk must be a positive int"),
+        ({"chunk": 0}, ValueError, "chunk must be at least 1; got 0"),
+        ({"chunk": 2.0}, TypeError, "chunk must be an int; got float"),
+        ({"chunk": True}, TypeError, "chunk must be an int; got bool"),
     ],
 )
-def test_run_in_chunks_names_a_bad_chunk(ours, batch, kwargs, needle):
-    with pytest.raises(ValueError) as info:
+def test_run_in_chunks_names_a_bad_chunk(ours, batch, kwargs, error, needle):
+    with pytest.raises(error) as info:
         run_in_chunks(ours, batch.input_ids, batch.attention_mask, **kwargs)
     assert needle in str(info.value)
 

@@ -58,9 +58,21 @@ def test_run_is_the_models_attention(model, r):
 def test_words_use_the_rule_of_head_roles(r):
     labels, spans = explore.units(r)
     assert labels == [
-        "[CLS]", "The", "animal", "didn't", "cross", "the", "street", "because", "it", "was",
-        "too", "tired", ".", "[SEP]",
-    ]  # fmt: skip
+        "[CLS]",
+        "The",
+        "animal",
+        "didn't",
+        "cross",
+        "the",
+        "street",
+        "because",
+        "it",
+        "was",
+        "too",
+        "tired",
+        ".",
+        "[SEP]",
+    ]
     assert sorted(p for _, pos in spans for p in pos) == list(range(16))  # every token once
     _, M = explore.pattern(r, 0, 2)
     torch.testing.assert_close(M, word_attention(r.A[0, 2], spans))
@@ -106,8 +118,9 @@ def test_link_ranking_is_pair_scores_on_one_sentence(r):
     assert ranking.role == "it -> animal"
     # the same numbers from roles' own minimal-pair scorer, on a pair of 05
     pair = next(p for p in PAIRS["coreference"] if p.a.sentence == S)
-    _, margin = pair_scores(r.A[:, :, None], [S], [r.offsets], [type(pair)(
-        "coreference", pair.a, pair.a, "same")])  # fmt: skip
+    _, margin = pair_scores(
+        r.A[:, :, None], [S], [r.offsets], [type(pair)("coreference", pair.a, pair.a, "same")]
+    )
     torch.testing.assert_close(ranking.scores, margin[0])
     assert explore.top_heads(r, ("it", "animal")).scores.equal(ranking.scores)
     # null heads: none has "animal" as its strict top word from "it"
@@ -128,8 +141,9 @@ def test_compare_difference_on_shared_words(model):
     assert float(c.difference[k, j]) == pytest.approx(float(Mb[it_b, an_b] - Ma[it_a, an_a]))
     margin_a, margin_b = c.scores["it -> animal/street"]
     assert margin_a > 0 > margin_b  # 05's finding: L3.H1 picks "animal" in both sentences
-    assert c.scores["previous token"][0] == pytest.approx(explore.role_scores(ra, 3, 1)[
-        "previous token"])  # fmt: skip
+    assert c.scores["previous token"][0] == pytest.approx(
+        explore.role_scores(ra, 3, 1)["previous token"]
+    )
     assert "it -> animal/street" in str(c)
 
 

@@ -289,7 +289,7 @@ SENTENCE_HITS = {
         "offset +1": 8, "offset +2": 28, "word +1": 8, "word +2": 28, "word +3": 26, "word +4": 18
     },
     "similarity: noun -> similar": {"word -3": 10, "word +3": 10, "word +4": 10},
-}  # fmt: skip
+}  # fmt: skip  # a table: one link a line
 
 
 def test_baseline_patterns_point_at_words():
@@ -297,8 +297,18 @@ def test_baseline_patterns_point_at_words():
     N = len(offsets)
     P = baseline_patterns(RUNNING, offsets, N)
     assert tuple(P) == BASELINE_NAMES
-    assert BASELINE_NAMES == ("first word", "last word", "word -4", "word -3", "word -2",
-                              "word -1", "word +1", "word +2", "word +3", "word +4")  # fmt: skip
+    assert BASELINE_NAMES == (
+        "first word",
+        "last word",
+        "word -4",
+        "word -3",
+        "word -2",
+        "word -1",
+        "word +1",
+        "word +2",
+        "word +3",
+        "word +4",
+    )
     for name, M in P.items():
         assert M.shape == (N, N), name
         torch.testing.assert_close(M.sum(-1), torch.ones(N))
@@ -377,8 +387,12 @@ def test_the_check_fails_on_pairs_that_end_on_the_object():
     assert beats_rivals(k[last], 18, k[:last] + k[last + 1 :])  # a shortcut, credited
     with pytest.raises(ValueError, match="has 2 words; expected at least 3"):
         short = Marked("Without help.", "without", "help")
-        pair_scores(R, ["Without help."], tokenize("Without help.").offsets, [
-            MinimalPair("preposition", short, short, "one")])  # fmt: skip
+        pair_scores(
+            R,
+            ["Without help."],
+            tokenize("Without help.").offsets,
+            [MinimalPair("preposition", short, short, "one")],
+        )
 
 
 def test_credited_is_the_verdict_of_the_pairs(role_batch, rivals):

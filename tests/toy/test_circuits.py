@@ -62,6 +62,10 @@ def test_induction_score_detects_a_hand_built_head():
     assert float(score[0]) == 1.0 and bool((score[1:] < 0.4).all())
     with pytest.raises(ValueError, match="2T <= N"):
         induction_score(heads, 6)
+    with pytest.raises(ValueError, match="T must be at least 2; got 1"):
+        induction_score(heads, 1)
+    with pytest.raises(TypeError, match="T must be an int; got float"):
+        induction_score(heads, 5.0)
 
 
 def test_scores_equal_the_exercise_references():
