@@ -236,7 +236,8 @@ def load_gguf(
     quantized_embedding: bool = True,
     expected_sha256: str | None = None,
 ):
-    """(model, tokenizer) of a GGUF file of Llama, Qwen2, Qwen3, Gemma 2 or Gemma 3 (`mha_lib.models`).
+    """(model, tokenizer) of a GGUF file of Llama, Qwen2, Qwen3, Gemma 2 or Gemma 3
+    (`mha_lib.models`).
 
     Every number comes from the file's metadata (and the defaults its architecture file names),
     every weight is dequantized to float32, except a tied embedding in Q8_0, kept as its blocks

@@ -63,7 +63,6 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from functools import partial
 from importlib import resources
 from pathlib import Path
@@ -110,11 +109,15 @@ POSITIONS = ROPE_POSITIONS  # ("cache", "original"): where the rolling cache rot
 
 
 def token_losses(
-    model: DecoderLM, input_ids: Tensor, attention: AttentionFn | None = None, chunk: int = 256
+    model: DecoderLM,
+    input_ids: Tensor,
+    attention: AttentionFn | list[AttentionFn] | None = None,
+    chunk: int = 256,
 ) -> Tensor:
     """(B, N - 1): the loss of token t + 1 given tokens 0 .. t, one pass over the whole text.
 
-    attention: an attention function for every layer (default: the model's own, causal). The
+    attention: an attention function for every layer, or a list of one per layer (default: the
+    model's own, causal). The
     logits are computed `chunk` positions at a time, so that (B, N, V) is never held.
     """
     _check_ids(model, input_ids)
@@ -273,36 +276,7 @@ def masked_losses(
         streaming_attention(window, sinks, positions, rotate=layer.self_attn.rotate)
         for layer in model.layers
     ]
-    with _each_layer_its_own(model, fns):
-        return token_losses(model, input_ids)
-
-
-@contextmanager
-def _each_layer_its_own(model: DecoderLM, fns: list[AttentionFn]):
-    """Within the block, layer l attends with fns[l]: the model hands one attention function
-    to every layer (`hidden_states`), and a forward pre-hook on layer l's attention module
-    replaces it by the layer's own (its `attention` argument) before the module runs."""
-
-    def hand(fn: AttentionFn):
-        def hook(module, args, kwargs):
-            if "attention" not in kwargs:
-                raise TypeError(
-                    f"{type(module).__name__} was called without attention=: the block no "
-                    "longer passes its attention function by name"
-                )
-            return args, {**kwargs, "attention": fn}
-
-        return hook
-
-    handles = [
-        layer.self_attn.register_forward_pre_hook(hand(fn), with_kwargs=True)
-        for layer, fn in zip(model.layers, fns, strict=True)
-    ]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    return token_losses(model, input_ids, fns)  # one attention function per layer
 
 
 # ---------------------------------------------------------------------------- token by token

@@ -22,9 +22,9 @@ The seams, so that what builds on the model adds to it and never writes its loop
 - `DecoderLM.hidden_states(ids, cache)` is the one loop over the layers, `logits(x)` the head on
   top of it, and `forward` the two;
 - the attention inside every layer is a function attention(q, k, v) -> o (`mha_lib.nn.backends`),
-  by name or given per call: the weights notebook 13 studies are recorded by one such function
-  (`model(ids, need_weights=True)` -> (logits, weights)); `head_mask` (L, h) scales each head's
-  output (0 removes it);
+  by name or given per call (one for every layer, or a list of one per layer): the weights
+  notebook 13 studies are recorded by one such function (`model(ids, need_weights=True)` ->
+  (logits, weights)); `head_mask` (L, h) scales each head's output (0 removes it);
 - a cache is one entry per layer (`mha_lib.nn.kv_cache.DecoderCache`), each made by its layer's
   attention, and each entry decides which keys its queries see and where RoPE turns them: a
   `KVCache` rotates at the text positions, notebook 11's `SinkKVCache` at the places in the
@@ -565,23 +565,38 @@ class DecoderLM(nn.Module):
         input_ids: Tensor,
         cache: DecoderCache | None = None,
         *,
-        attention: str | AttentionFn | None = None,
+        attention: str | AttentionFn | list | tuple | None = None,
         head_mask: Tensor | None = None,
     ) -> Tensor:
-        """input_ids (B, n) -> (B, n, C): the residual stream after the last block."""
+        """input_ids (B, n) -> (B, n, C): the residual stream after the last block. attention:
+        one function (or name) for every layer, or a list of one per layer (notebook 13's
+        streaming attention turns each layer's sinks with that layer's RoPE)."""
         self._check(input_ids, cache, head_mask)
         n = input_ids.shape[1]
         start = 0 if cache is None else cache.length
         positions = torch.arange(start, start + n, device=input_ids.device)  # (n,)
-        fn = self.attention if attention is None else resolve_attention(attention)
+        fns = self._layer_attentions(attention)  # one per layer
         x = self.embed(input_ids)  # (B, n, C)
         if self.config.embedding_scale is not None:
             x = x * self.config.embedding_scale  # Gemma: √C, as a float32 number
         for l, layer in enumerate(self.layers):
             layer_cache = None if cache is None else cache.layers[l]
             mask = None if head_mask is None else head_mask[l]
-            x = layer(x, positions, layer_cache, fn, mask)
+            x = layer(x, positions, layer_cache, fns[l], mask)
         return x  # (B, n, C)
+
+    def _layer_attentions(self, attention) -> list[AttentionFn]:
+        """The attention function of each layer: the model's, the one given, or the list given
+        (one per layer, refused naming its length otherwise)."""
+        L = len(self.layers)
+        if isinstance(attention, list | tuple):
+            if len(attention) != L:
+                raise ValueError(
+                    f"attention is a list of {len(attention)} functions; expected one per layer "
+                    f"(num_layers = {L}) or a single function"
+                )
+            return [resolve_attention(a) for a in attention]
+        return [self.attention if attention is None else resolve_attention(attention)] * L
 
     def logits(self, x: Tensor) -> Tensor:
         """The head: the residual stream x (B, n, C) -> logits (B, n, V). A tied embedding that

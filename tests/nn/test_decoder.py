@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from mha_lib.models import hf_names
-from mha_lib.nn.backends import RecordWeights
+from mha_lib.nn.backends import RecordWeights, resolve_attention
 from mha_lib.nn.decoder import (
     DecoderAttention,
     DecoderBlock,
@@ -719,3 +719,31 @@ def test_layer_types_name_each_layers_mixer_and_unknown_names_are_refused():
     linear = DecoderConfig(**base, layer_types=("linear_attention", "full_attention"))
     with pytest.raises(ValueError, match=r"layer_types\[0\] = 'linear_attention'.*HybridLM"):
         DecoderLM(linear)
+
+
+def test_each_layer_may_attend_with_its_own_function():
+    """attention= takes one function per layer: here the written-out one in layer 0 and SDPA in
+    layer 1 give the logits of either alone, and each is called by its own layer only; a list of
+    the wrong length is refused naming num_layers."""
+    torch.manual_seed(40)
+    config = DecoderConfig.of_layer(
+        hidden_size=32, num_heads=4, num_kv_heads=2, vocab_size=41, context_length=16, num_layers=2
+    )
+    model = DecoderLM(config).eval()
+    ids = ids_of((1, 7), config.vocab_size, seed=40)
+    calls = []
+
+    def counted(name):
+        def fn(q, k, v, **options):
+            calls.append(name)
+            return resolve_attention(name)(q, k, v, **options)
+
+        return fn
+
+    with torch.no_grad():
+        mixed = model(ids, attention=[counted("eager"), counted("sdpa")])
+        assert_close(mixed, model(ids, attention="sdpa"), rtol=0, atol=1e-5)
+    assert calls == ["eager", "sdpa"]
+    expected = r"a list of 1 functions; expected one per layer \(num_layers = 2\)"
+    with pytest.raises(ValueError, match=expected):
+        model(ids, attention=["sdpa"])
