@@ -27,8 +27,11 @@ V = 61
 LINEAR, FULL = "linear_attention", "full_attention"
 
 
-def hf_model(layer_types, *, tie=False, rotary=0.25, h_k=2, h_v=4, dtype=torch.float32, seed=0):
-    """transformers' Qwen3_5ForCausalLM from a tiny config, every weight random (norms too)."""
+def hf_model(
+    layer_types, *, tie=False, rotary=0.25, h_k=2, h_v=4, dtype=torch.float32, seed=0, scaling=None
+):
+    """transformers' Qwen3_5ForCausalLM from a tiny config, every weight random (norms too);
+    scaling: a RoPE scaling's keys (rope_type, factor, ...) beside the default RoPE's."""
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     cfg = Qwen3_5TextConfig(
@@ -51,6 +54,7 @@ def hf_model(layer_types, *, tie=False, rotary=0.25, h_k=2, h_v=4, dtype=torch.f
             "rope_theta": 500.0,
             "rope_type": "default",
             "partial_rotary_factor": rotary,
+            **(scaling or {}),
         },
         eos_token_id=None,
     )
@@ -96,6 +100,31 @@ def test_logits_equal_transformers(layer_types, tie, rotary, h_k, dtype):
     ids = ids_of(2, 11)
     with torch.no_grad():
         assert_near(ours(ids), hf(ids, use_cache=False).logits, HF)
+
+
+@pytest.mark.parametrize(
+    "rotary, scaling",
+    [
+        (0.5, {"rope_type": "linear", "factor": 4.0}),
+        (1.0, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}),
+    ],
+)
+def test_a_rope_scaling_is_read_equal_to_transformers(rotary, scaling):
+    """The architecture's reader (mha_lib.models) reads transformers' RoPE scalings for the
+    hybrid too: a linear one on partial RoPE, YaRN on a full one, each equal to transformers."""
+    hf = hf_model(LAYOUTS[0], rotary=rotary, dtype=torch.float64, scaling=scaling)
+    ours = HybridLM.from_hf(hf, chunk_size=4)
+    assert ours.config.rope_freq_factors is not None
+    ids = ids_of(2, 11)
+    with torch.no_grad():
+        assert_near(ours(ids), hf(ids, use_cache=False).logits, HF)
+
+
+def test_yarn_on_partial_rope_is_refused_by_name():
+    """YaRN's attention factor scales only the turned part of a score there: not read."""
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+    with pytest.raises(ValueError, match=r"rope_dim = 4 with YaRN's attention factor"):
+        HybridConfig.from_hf(hf_model(LAYOUTS[0], rotary=0.5, scaling=yarn).config)
 
 
 @pytest.mark.parametrize("layer_types", LAYOUTS[:2])
