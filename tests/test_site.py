@@ -12,7 +12,15 @@ page is visited, and each must
 - have every formula typeset (MathJax's output inside each math element, no raw `$`, `\\(` or
   `\\[` left in the text);
 - link only to pages that exist and to anchors that exist on them;
-- open with its "launch on Binder" and "source" links.
+- open with its "launch on Binder", "source", "edit this page" and "open an issue" links;
+- show no nbval marker line in its code (`# NBVAL_IGNORE_OUTPUT` is for the tests, not for
+  readers);
+- give every image an alt text that says something (not empty, not a file name);
+- be no wider than the window, at 1366x768 (a laptop), 820x1180 (a tablet) and 390x844 with
+  touch (a phone); at 1366x768 at most 10 % of the site's code blocks scroll sideways;
+- open and close its menu and its page-contents drawers at tablet and phone sizes (the themes'
+  upstream bug: website/_static/series.js);
+- print (print media, an A4 page's width) with no block of code clipped.
 
 The search page must find the last notebook by its title (and notebook "gated delta" by those
 words, once a notebook's title says them). Every check is first shown to fail on a small site
@@ -37,7 +45,7 @@ from urllib.parse import quote_plus, unquote, urlparse
 import nbformat
 import pytest
 
-from tests.pretrained.test_browser_explorer import CHROMIUM, browser_page
+from tests.pretrained.test_browser_explorer import CHROMIUM, FLAGS, LOCAL, browser_page
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,8 +277,51 @@ READ_PAGE = r"""async () => {
         links: [...document.querySelectorAll("a[href]")].map(a => a.href),
         binder: document.querySelector("a.series-binder")?.href ?? null,
         source: document.querySelector("a.series-source")?.href ?? null,
+        edit: document.querySelector("a.series-edit")?.href ?? null,
+        issue: document.querySelector("a.series-issue")?.href ?? null,
+        preview: document.querySelector('meta[property="og:title"]')?.content ?? null,
+        markers: [...document.querySelectorAll("pre")]
+            .flatMap(pre => pre.innerText.split("\n"))
+            .filter(line => /^\s*#\s*NBVAL_/.test(line)).map(line => line.trim()),
+        bad_alt: [...document.images].filter(i => !alt_says_something(i))
+                                     .map(i => `${i.getAttribute("src")} (alt ${
+                                         JSON.stringify(i.getAttribute("alt"))})`),
+        ...LAYOUT(),
     };
 }"""
+
+# An alt text says something: present, not blank, and not a file name or path (myst-nb's
+# default for an output image is its file's path)
+ALT_SAYS_SOMETHING = r"""i => {
+    const alt = (i.getAttribute("alt") ?? "").trim();
+    if (i.getAttribute("role") === "presentation" || i.closest("a.navbar-brand")) return true;
+    return alt.length > 0 && !/(^|\/)[\w.-]+\.(png|jpe?g|svg|gif|webp)$/i.test(alt)
+        && !alt.includes("/_images/");
+}"""
+
+# How the page fits its window: how much wider than the window it is (0 when it fits), and
+# which of its code blocks scroll sideways (or, in print, are clipped: print cannot scroll)
+LAYOUT = r"""() => {
+    const blocks = [...document.querySelectorAll("article pre")]
+        .filter(pre => pre.getClientRects().length);
+    const over = pre => pre.scrollWidth > pre.clientWidth + 1
+        || pre.getBoundingClientRect().right > document.documentElement.clientWidth + 1;
+    // the device's width: a phone's browser widens its layout to a page that is too wide
+    const width = Math.min(window.innerWidth, screen.width);
+    return {
+        overflow: Math.max(0, document.documentElement.scrollWidth - width),
+        width: width,
+        code_blocks: blocks.length,
+        code_scrolling: blocks.filter(over).map(pre => pre.textContent.trim().slice(0, 60)),
+    };
+}"""
+# READ_PAGE's helpers, defined at its top
+READ_PAGE = READ_PAGE.replace(
+    "async () => {",
+    "async () => {\n"
+    f"    const LAYOUT = {LAYOUT};\n    const alt_says_something = {ALT_SAYS_SOMETHING};",
+    1,
+)
 
 
 @contextlib.contextmanager
@@ -326,6 +377,10 @@ def problems(seen: dict[str, dict], base: str, folder: Path) -> list[str]:
         out += [f"{name}: image did not load: {src}" for src in found["broken_images"]]
         out += [f"{name}: formula not typeset: {m}" for m in found["untypeset"]]
         out += [f"{name}: raw math delimiter in the text: {t!r}" for t in found["raw"]]
+        out += [f"{name}: shows an nbval marker: {t!r}" for t in found["markers"]]
+        out += [f"{name}: image without a meaningful alt text: {i}" for i in found["bad_alt"]]
+        if found["overflow"]:
+            out.append(f"{name}: {found['overflow']} px wider than its {found['width']} px window")
         for link in found["links"]:
             url = urlparse(link)
             if not link.startswith(base):
@@ -369,7 +424,10 @@ BROKEN = {
         <script src="https://cdn.example.org/x.js"></script></head><body><article>
         <p>Raw math: $x^2$ and \\(y\\).</p>
         <span class="math">\\(z\\)</span>
-        <img src="_images/missing.png">
+        <img src="_images/missing.png" alt="_images/missing.png">
+        <pre># NBVAL_IGNORE_OUTPUT\nprint("a line of code far longer than any window is wide, "
+        + "so that it scrolls sideways on a laptop and is cut on paper" * 8)</pre>
+        <div style="width: 3000px">a page wider than its window</div>
         <a href="gone.html">a missing page</a> <a href="good.html#nowhere">a missing anchor</a>
         <a href="good.html#here">a good link</a> <a href="https://example.org/">elsewhere</a>
         <script>console.error("boom")</script></article></body></html>""",
@@ -389,7 +447,8 @@ def test_site_checks_fail_on_a_broken_site(browser, tmp_path):
     for name, text in BROKEN.items():
         (folder / name).write_text(text)
     with serve(folder) as base:
-        found = problems(read_site(page, errors, foreign, base, folder), base, folder)
+        seen = read_site(page, errors, foreign, base, folder)
+        found = problems(seen, base, folder)
     expected = [
         "index.html: console error: boom",
         "index.html: asked another host: https://cdn.example.org/x.js",
@@ -398,10 +457,25 @@ def test_site_checks_fail_on_a_broken_site(browser, tmp_path):
         "index.html: raw math delimiter in the text: 'Raw math: $x^2$ and \\\\(y\\\\).'",
         f"index.html: link to a missing page: {base}gone.html",
         f"index.html: link to a missing anchor: {base}good.html#nowhere",
+        "index.html: shows an nbval marker: '# NBVAL_IGNORE_OUTPUT'",
+        "index.html: image without a meaningful alt text: _images/missing.png "
+        '(alt "_images/missing.png")',
+        "index.html: 1600 px wider than its 1400 px window",
     ]
     for line in expected:
         assert line in found, f"not caught: {line}\nfound: {found}"
     assert not [line for line in found if line.startswith("good.html")], found
+    blocks, scrolling = code_that_scrolls(seen)
+    assert (blocks, len(scrolling)) == (1, 1), (blocks, scrolling)
+    assert scrolling[0].startswith("index.html: # NBVAL_IGNORE_OUTPUT"), scrolling
+    page.emulate_media(media="print")  # print wraps nothing here: the block is cut
+    with serve(folder) as base:
+        page.goto(base + "index.html", wait_until="load")
+        assert len(page.evaluate(f"() => ({LAYOUT})()")["code_scrolling"]) == 1
+        assert drawer_problems(page, touch=False) == [
+            "no visible menu button",
+            "no visible page contents button",
+        ]
 
 
 @pytest.fixture
@@ -416,11 +490,18 @@ def test_site_every_page_in_a_browser(site, served, browser):
     loaded, every formula typeset, every internal link and anchor there, and the Binder and
     source links of its page."""
     page, errors, foreign = browser
+    page.set_viewport_size(LAPTOP)
     start = time.monotonic()
     seen = read_site(page, errors, foreign, served, site)
     print(f"read {len(seen)} pages in {time.monotonic() - start:.0f} s")
     found = problems(seen, served, site)
     assert not found, f"{len(found)} problems:\n" + "\n".join(found[:40])
+    blocks, scrolling = code_that_scrolls(seen)
+    print(f"{len(scrolling)} of {blocks} code blocks scroll sideways at 1366x768")
+    assert len(scrolling) <= SCROLLING_CODE * blocks, (
+        f"{len(scrolling)} of {blocks} code blocks scroll sideways at 1366x768, for example:\n"
+        + "\n".join(scrolling[:20])
+    )
 
     expected = ["index.html", "search.html", "solutions/index.html"]
     expected += [page_of(p) for p in NOTEBOOKS + SOLUTIONS + build.more_pages()]
@@ -439,6 +520,100 @@ def test_site_every_page_in_a_browser(site, served, browser):
         if name != "index.html":
             assert found["binder"] == BINDER.group(1) + source, (name, found["binder"])
         assert found["source"].startswith(GITHUB) and found["source"].endswith(source), name
+        assert found["edit"] and found["edit"].startswith(GITHUB + "edit/"), (name, found["edit"])
+        if source != "solutions":
+            assert found["edit"].endswith(source), (name, found["edit"])
+        assert found["issue"] and found["issue"].startswith(GITHUB + "issues/new"), name
+        assert found["preview"], f"{name}: no link-preview title (og:title)"
+
+
+LAPTOP = {"width": 1366, "height": 768}
+TABLET = {"width": 820, "height": 1180}
+PHONE = {"width": 390, "height": 844}
+A4 = {"width": 718, "height": 1000}  # an A4 page less 1 cm margins, at 96 px per inch
+SCROLLING_CODE = 0.10  # at most this share of the code blocks scrolls sideways on a laptop
+
+
+def code_that_scrolls(seen: dict[str, dict]) -> tuple[int, list[str]]:
+    """How many code blocks the pages have, and (page: first words) of those that scroll."""
+    blocks = sum(found["code_blocks"] for found in seen.values())
+    scrolling = [f"{name}: {t}" for name, found in seen.items() for t in found["code_scrolling"]]
+    return blocks, scrolling
+
+
+@contextlib.contextmanager
+def device(tmp_path: Path, viewport: dict, touch: bool):
+    """A fresh Chromium of the given window size, with a touch screen (a phone) or without;
+    yields (page, console errors, requests to other hosts), as browser_page does."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    errors, foreign = [], []
+
+    def route(r):
+        url = urlparse(r.request.url)
+        if url.scheme in ("http", "https", "ws", "wss") and url.hostname not in LOCAL:
+            foreign.append(r.request.url)
+            r.abort()
+        else:
+            r.continue_()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        try:
+            context = browser.new_context(viewport=viewport, has_touch=touch, is_mobile=touch)
+            context.route("**/*", route)
+            page = context.new_page()
+            page.set_default_timeout(30_000)
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+            yield page, errors, foreign
+        finally:
+            browser.close()
+
+
+DRAWER_OPEN = """id => document.getElementById(id)?.open === true
+    && document.getElementById(id).querySelectorAll("a[href]").length > 0"""
+
+
+def drawer_problems(page, touch: bool) -> list[str]:
+    """Open and close the menu and the page-contents drawers with the buttons a reader sees
+    (tapped on a phone, clicked elsewhere): each opens a dialog with its links, which Escape
+    and a tap or click beside it close. One line per thing that did not happen."""
+    out = []
+    size = page.viewport_size
+    for what, kind, dialog in (
+        ("menu", "primary-toggle", "pst-primary-sidebar-modal"),
+        ("page contents", "secondary-toggle", "pst-secondary-sidebar-modal"),
+    ):
+        buttons = [b for b in page.locator(f"button.{kind}").all() if b.is_visible()]
+        if not buttons:
+            out.append(f"no visible {what} button")
+            continue
+        for close in ("Escape", "outside"):
+            buttons[0].tap() if touch else buttons[0].click()
+            try:
+                page.wait_for_function(DRAWER_OPEN, arg=dialog, timeout=2_000)
+            except Exception:
+                out.append(f"the {what} button does not open the {what}")
+                break
+            if close == "Escape":
+                page.keyboard.press("Escape")
+            else:  # beside the drawer (on its backdrop)
+                box = page.locator(f"#{dialog}").bounding_box()
+                x = box["x"] + box["width"] + 10 if box["x"] < size["width"] / 2 else box["x"] - 10
+                if touch:
+                    page.touchscreen.tap(x, size["height"] / 2)
+                else:
+                    page.mouse.click(x, size["height"] / 2)
+            try:
+                page.wait_for_function(f"() => !document.getElementById('{dialog}').open",
+                                       timeout=2_000)  # fmt: skip
+            except Exception:
+                out.append(f"the {what} does not close on {close}")
+    return out
 
 
 def search(page, base: str, query: str) -> list[str]:
@@ -463,3 +638,57 @@ def test_site_search_finds_the_last_notebook(site, served, browser):
         if "gated delta" in title(path).lower():
             assert page_of(path) in search(page, served, "gated delta"), path
     assert not errors and not foreign, (errors, foreign)
+
+
+# pages whose drawers are opened and closed at every size: the front page, a notebook, a
+# solutions page and a page of docs/
+DRAWER_PAGES = ["index.html", page_of(NOTEBOOKS[0]), page_of(SOLUTIONS[0]), "docs/install.html"]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(
+    "size, touch", [(PHONE, True), (TABLET, False)], ids=["phone 390x844 touch", "tablet 820x1180"]
+)
+def test_site_fits_phones_and_tablets_and_its_drawers_open(site, served, tmp_path, size, touch):
+    """At a phone's and a tablet's size no page is wider than the window, and the menu and the
+    page-contents drawers open and close."""
+    with device(tmp_path, size, touch) as (page, errors, foreign):
+        start = time.monotonic()
+        out = []
+        for name in pages_of(site):
+            page.goto(served + name, wait_until="load")
+            found = page.evaluate(
+                f"async () => {{ await document.fonts.ready; return ({LAYOUT})(); }}"
+            )
+            if found["overflow"]:
+                out.append(
+                    f"{name}: {found['overflow']} px wider than its {found['width']} px window"
+                )
+            if name in DRAWER_PAGES:
+                out += [f"{name}: {line}" for line in drawer_problems(page, touch)]
+        print(f"read {len(pages_of(site))} pages at {size} in {time.monotonic() - start:.0f} s")
+        out += [f"console error: {e}" for e in errors] + [
+            f"asked another host: {u}" for u in foreign
+        ]
+    assert not out, f"{len(out)} problems at {size}:\n" + "\n".join(out[:40])
+
+
+@pytest.mark.browser
+def test_site_prints_its_code_unclipped(site, served, tmp_path):
+    """Printed (print media, an A4 page's width), no code block of a notebook or a solutions
+    page is wider than the page: print cannot scroll, so such a block is cut."""
+    with device(tmp_path, A4, False) as (page, errors, foreign):
+        page.emulate_media(media="print")
+        clipped, blocks = [], 0
+        for path in NOTEBOOKS + SOLUTIONS:
+            page.goto(served + page_of(path), wait_until="load")
+            found = page.evaluate(
+                f"async () => {{ await document.fonts.ready; return ({LAYOUT})(); }}"
+            )
+            blocks += found["code_blocks"]
+            clipped += [f"{page_of(path)}: {t}" for t in found["code_scrolling"]]
+        assert blocks > 100, "no code block was checked"
+        assert not clipped, (
+            f"{len(clipped)} of {blocks} code blocks clipped in print:\n" + "\n".join(clipped[:20])
+        )
+        assert not errors and not foreign, (errors, foreign)
