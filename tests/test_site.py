@@ -240,6 +240,34 @@ def test_site_formulas_on_one_line_unit():
     assert join("$5 here\n\nand $6 there") == "$5 here\n\nand $6 there"
 
 
+def test_site_hides_nbval_markers_unit():
+    """The site shows a code cell without its nbval marker lines; other comments stay."""
+    strip = series_site.without_test_markers
+    source = "# NBVAL_IGNORE_OUTPUT\n# machine-dependent: timings\nprint(t)"
+    assert strip(source) == "# machine-dependent: timings\nprint(t)"
+    assert strip("x = 1\n  #NBVAL_SKIP\ny = 2") == "x = 1\ny = 2"
+    assert strip("s = '# NBVAL_ in a string'  # NBVAL_X") == "s = '# NBVAL_ in a string'  # NBVAL_X"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source), nbformat.v4.new_markdown_cell(source)]
+    read = series_site.read_notebook(nbformat.writes(nb))
+    assert "NBVAL_" not in read.cells[0].source and "NBVAL_" in read.cells[1].source
+
+
+def test_site_front_page_starts_reading_then_installing(site):
+    """The front page says what the series is, then links to the first notebook, before the
+    README's installing; the 404 page exists and leads back to the front page."""
+    index = build.front_page(README)
+    start = index.index("**Start reading: [")
+    assert index.index("<!-- counts:end -->") < start < index.index("## Start here")
+    assert f"]({NOTEBOOKS[0]})" in index[start:].split("\n")[0]
+    page = (site / "index.html").read_text(encoding="utf-8")
+    assert f'href="{page_of(NOTEBOOKS[0])}"' in page.split("Start reading")[1][:200]
+    missing = (site / "404.html").read_text(encoding="utf-8")
+    assert "Page not found" in missing and 'href="index.html"' in missing
+    assert f'const root = "{build.site_path()}"' in missing
+    assert build.site_path() == urlparse("https://mha-series.github.io/multi-head-attention/").path
+
+
 def test_site_solutions_pairing_unit():
     found = {"notebooks/03_x", "solutions/03_x_solutions", "solutions/01_y_solutions"}
     assert series_site.solutions_page(found, "notebooks/03_x") == "solutions/03_x_solutions"
@@ -425,8 +453,7 @@ BROKEN = {
         <p>Raw math: $x^2$ and \\(y\\).</p>
         <span class="math">\\(z\\)</span>
         <img src="_images/missing.png" alt="_images/missing.png">
-        <pre># NBVAL_IGNORE_OUTPUT\nprint("a line of code far longer than any window is wide, "
-        + "so that it scrolls sideways on a laptop and is cut on paper" * 8)</pre>
+        <pre style="overflow: auto"># NBVAL_IGNORE_OUTPUT\nprint("LONG")</pre>
         <div style="width: 3000px">a page wider than its window</div>
         <a href="gone.html">a missing page</a> <a href="good.html#nowhere">a missing anchor</a>
         <a href="good.html#here">a good link</a> <a href="https://example.org/">elsewhere</a>
@@ -436,6 +463,10 @@ BROKEN = {
         <p id="here">Fine: <code>$HOME</code>.</p><a href="index.html">home</a>
         </article></body></html>""",
 }
+
+
+# a line of code longer than any window is wide: it scrolls on a screen, and is cut on paper
+BROKEN["index.html"] = BROKEN["index.html"].replace("LONG", "far too long for a window " * 40)
 
 
 @pytest.mark.browser
@@ -460,7 +491,7 @@ def test_site_checks_fail_on_a_broken_site(browser, tmp_path):
         "index.html: shows an nbval marker: '# NBVAL_IGNORE_OUTPUT'",
         "index.html: image without a meaningful alt text: _images/missing.png "
         '(alt "_images/missing.png")',
-        "index.html: 1600 px wider than its 1400 px window",
+        "index.html: 1608 px wider than its 1400 px window",  # 3000 px and the 8 px margin
     ]
     for line in expected:
         assert line in found, f"not caught: {line}\nfound: {found}"
@@ -510,7 +541,7 @@ def test_site_every_page_in_a_browser(site, served, browser):
     assert sum(found["images"] for found in seen.values()) > 50, "no figure was checked"
 
     for name, found in seen.items():
-        if name in ("search.html", "genindex.html"):
+        if name in ("search.html", "genindex.html", "404.html"):
             continue
         source = {"index.html": "README.md", "solutions/index.html": "solutions"}.get(name)
         source = source or next(
@@ -603,7 +634,8 @@ def drawer_problems(page, touch: bool) -> list[str]:
                 page.keyboard.press("Escape")
             else:  # beside the drawer (on its backdrop)
                 box = page.locator(f"#{dialog}").bounding_box()
-                x = box["x"] + box["width"] + 10 if box["x"] < size["width"] / 2 else box["x"] - 10
+                left, right = box["x"], size["width"] - box["x"] - box["width"]
+                x = left / 2 if left > right else size["width"] - right / 2
                 if touch:
                     page.touchscreen.tap(x, size["height"] / 2)
                 else:
@@ -640,6 +672,13 @@ def test_site_search_finds_the_last_notebook(site, served, browser):
     assert not errors and not foreign, (errors, foreign)
 
 
+# where the front page's first link to the first notebook is, from the top of the window
+START_LINK_TOP = """href => {
+    const link = [...document.querySelectorAll("article a")]
+        .find(a => a.getAttribute("href") === href);
+    return link ? link.getBoundingClientRect().bottom : null;
+}"""
+
 # pages whose drawers are opened and closed at every size: the front page, a notebook, a
 # solutions page and a page of docs/
 DRAWER_PAGES = ["index.html", page_of(NOTEBOOKS[0]), page_of(SOLUTIONS[0]), "docs/install.html"]
@@ -664,6 +703,10 @@ def test_site_fits_phones_and_tablets_and_its_drawers_open(site, served, tmp_pat
                 out.append(
                     f"{name}: {found['overflow']} px wider than its {found['width']} px window"
                 )
+            if name == "index.html":  # the first notebook's link in the first screen
+                top = page.evaluate(START_LINK_TOP, page_of(NOTEBOOKS[0]))
+                if top is None or top > size["height"]:
+                    out.append(f"index.html: the start link is {top} px down, below the screen")
             if name in DRAWER_PAGES:
                 out += [f"{name}: {line}" for line in drawer_problems(page, touch)]
         print(f"read {len(pages_of(site))} pages at {size} in {time.monotonic() - start:.0f} s")
