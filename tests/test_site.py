@@ -240,6 +240,60 @@ def test_site_formulas_on_one_line_unit():
     assert join("$5 here\n\nand $6 there") == "$5 here\n\nand $6 there"
 
 
+FILE_NAME = re.compile(r"(^|/)[\w.-]+\.(png|jpe?g|svg|gif|webp)$", re.I)
+
+
+def figure_cells(nb: dict) -> list[tuple[int, dict]]:
+    """The code cells of a notebook (as JSON) that show a figure: an image output, or a widget
+    whose stored view the site shows as its figure."""
+    kinds = ("image/png", "image/jpeg", "image/svg+xml", series_site.WIDGET_VIEW)
+    return [
+        (i, cell)
+        for i, cell in enumerate(nb["cells"])
+        if cell["cell_type"] == "code"
+        and any(kind in out.get("data", {}) for out in cell.get("outputs", []) for kind in kinds)
+    ]
+
+
+def alt_problem(cell: dict) -> str | None:
+    """What is wrong with a figure cell's alt text (None when it says what the figure shows):
+    the notebook states it in the cell's metadata, `mystnb: {image: {alt: ...}}`, which
+    myst-nb gives each image of the cell (a caption, where one is needed, goes in
+    `mystnb: {figure: {caption: ...}}`)."""
+    alt = cell.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")
+    if not isinstance(alt, str) or not alt.strip():
+        return "no alt text (metadata mystnb.image.alt)"
+    if FILE_NAME.search(alt.strip()):
+        return f"its alt text is a file name: {alt!r}"
+    if len(alt.split()) < 8:
+        return f"its alt text is too short to say what the figure shows: {alt!r}"
+    return None
+
+
+def test_every_figure_has_alt_text_written_with_the_notebook():
+    """Every figure of every notebook and solutions notebook has an alt text, written in the
+    cell's metadata, that says what it shows: not missing, not a file name, a sentence."""
+    found, figures = [], 0
+    for path in NOTEBOOKS + SOLUTIONS:
+        nb = json.loads((ROOT / path).read_text(encoding="utf-8"))
+        for i, cell in figure_cells(nb):
+            figures += 1
+            problem = alt_problem(cell)
+            if problem:
+                found.append(f"{path}, cell {i} ({cell.get('id')}): {problem}")
+    assert figures > 50, "no figure was checked"
+    assert not found, f"{len(found)} figures without a useful alt text:\n" + "\n".join(found)
+    # the check itself, on cells broken on purpose
+    cell = {"metadata": {}}
+    assert alt_problem(cell) == "no alt text (metadata mystnb.image.alt)"
+    cell["metadata"]["mystnb"] = {"image": {"alt": "../_images/1f3a.png"}}
+    assert alt_problem(cell).startswith("its alt text is a file name")
+    cell["metadata"]["mystnb"]["image"]["alt"] = "a heatmap"
+    assert alt_problem(cell).startswith("its alt text is too short")
+    cell["metadata"]["mystnb"]["image"]["alt"] = "A heatmap of two heads: each looks one step back."
+    assert alt_problem(cell) is None
+
+
 def test_site_hides_nbval_markers_unit():
     """The site shows a code cell without its nbval marker lines; other comments stay."""
     strip = series_site.without_test_markers
