@@ -20,7 +20,9 @@ page is visited, and each must
   touch (a phone); at 1366x768 at most 10 % of the site's code blocks scroll sideways;
 - open and close its menu and its page-contents drawers at tablet and phone sizes (the themes'
   upstream bug: website/_static/series.js);
-- print (print media, an A4 page's width) with no block of code clipped.
+- print (print media, an A4 page's width) with no block of code clipped;
+- pass axe-core (the version website/package.json pins, installed by `npm ci --prefix website`;
+  without it that test skips and says so) with no serious or critical violation.
 
 The search page must find the last notebook by its title (and notebook "gated delta" by those
 words, once a notebook's title says them). Every check is first shown to fail on a small site
@@ -789,3 +791,71 @@ def test_site_prints_its_code_unclipped(site, served, tmp_path):
             f"{len(clipped)} of {blocks} code blocks clipped in print:\n" + "\n".join(clipped[:20])
         )
         assert not errors and not foreign, (errors, foreign)
+
+
+AXE = ROOT / "website" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_IMPACTS = ("serious", "critical")
+RUN_AXE = """async impacts => {
+    await document.fonts.ready;
+    if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+    const result = await axe.run(document, {resultTypes: ["violations"]});
+    return result.violations.filter(v => impacts.includes(v.impact)).map(v =>
+        `${v.impact} ${v.id} (${v.help}): ${v.nodes.length} elements, first ${
+            v.nodes[0].target.join(" ")}`);
+}"""
+
+
+def axe_version() -> str:
+    """The axe-core version website/package.json pins."""
+    return json.loads((ROOT / "website" / "package.json").read_text())["devDependencies"][
+        "axe-core"
+    ]
+
+
+def axe_problems(page, url: str) -> list[str]:
+    """axe-core's serious and critical violations on one page (its script added from the local
+    file, so nothing is asked of another host)."""
+    page.goto(url, wait_until="load")
+    page.add_script_tag(path=str(AXE))
+    return page.evaluate(RUN_AXE, list(AXE_IMPACTS))
+
+
+@pytest.fixture
+def axe():
+    if not AXE.is_file():
+        pytest.skip(
+            f"axe-core is not installed at {AXE.relative_to(ROOT)}: npm ci --prefix website"
+        )
+    installed = json.loads((AXE.parent / "package.json").read_text())["version"]
+    assert installed == axe_version(), f"axe-core {installed} installed, {axe_version()} pinned"
+
+
+@pytest.mark.browser
+def test_site_axe_finds_the_faults_it_is_for(axe, tmp_path):
+    """axe-core, as run here, reports a page's serious faults: an image with no alt text, a
+    button with no name."""
+    folder = tmp_path / "axe"
+    folder.mkdir()
+    (folder / "index.html").write_text(
+        '<!doctype html><html lang="en"><head><title>t</title><link rel="icon" href="data:,">'
+        '</head><body><main><img src="data:,"><button><i></i></button></main></body></html>'
+    )
+    with serve(folder) as base, device(tmp_path, LAPTOP, False) as (page, _, _):
+        found = axe_problems(page, base + "index.html")
+    assert any(line.startswith("critical image-alt") for line in found), found
+    assert any(line.startswith("critical button-name") for line in found), found
+
+
+@pytest.mark.browser
+def test_site_has_no_serious_accessibility_fault(site, served, axe, tmp_path):
+    """axe-core on every page of the site: no serious or critical violation."""
+    with device(tmp_path, LAPTOP, False) as (page, _, foreign):
+        start = time.monotonic()
+        found = [
+            f"{name}: {line}"
+            for name in pages_of(site)
+            for line in axe_problems(page, served + name)
+        ]
+        print(f"axe-core {axe_version()}: {len(found)} faults, {time.monotonic() - start:.0f} s")
+        assert not foreign, foreign
+    assert not found, f"{len(found)} serious or critical violations:\n" + "\n".join(found[:40])

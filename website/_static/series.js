@@ -27,9 +27,14 @@ function seriesForwardSidebarToggles() {
   }
 }
 
-/* Names for the theme's controls that have none (axe-core: "serious"): the chevrons that
- * open a section of the table of contents are <summary> elements holding only an icon. */
+/* Names for the theme's controls (axe-core's "serious" findings): the chevrons that open a
+ * section of the table of contents are <summary> elements holding only an icon, with no name;
+ * the search buttons are named "Search" while they show "Search… Ctrl+K", and a name must
+ * contain the words a reader sees (a voice user says what they see): their text names them. */
 function seriesNameUnnamedControls() {
+  document.querySelectorAll("button.search-button-field[aria-label]").forEach((button) => {
+    if (button.textContent.trim()) button.removeAttribute("aria-label");
+  });
   document.querySelectorAll("nav summary").forEach((summary) => {
     if (!summary.textContent.trim() && !summary.getAttribute("aria-label")) {
       const link = summary.parentElement.parentElement.querySelector(":scope > a");
