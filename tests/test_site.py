@@ -324,6 +324,15 @@ def test_site_front_page_starts_reading_then_installing(site):
     assert build.site_path() == urlparse("https://mha-series.github.io/multi-head-attention/").path
 
 
+def test_site_pages_leave_out_what_a_first_visit_need_not_download(site):
+    """No page loads the theme's icon script (its icons come from its stylesheet's font), and
+    only the search page loads the search index (the search box opens that page)."""
+    for name in pages_of(site):
+        text = (site / name).read_text(encoding="utf-8")
+        assert "scripts/fontawesome.js" not in text, name
+        assert ("searchindex.js" in text) == (name == "search.html"), name
+
+
 def test_site_solutions_pairing_unit():
     found = {"notebooks/03_x", "solutions/03_x_solutions", "solutions/01_y_solutions"}
     assert series_site.solutions_page(found, "notebooks/03_x") == "solutions/03_x_solutions"
