@@ -782,6 +782,22 @@ def test_site_fits_phones_and_tablets_and_its_drawers_open(site, served, tmp_pat
 
 
 @pytest.mark.browser
+def test_site_collapses_and_reopens_its_sidebar_on_a_laptop(site, served, tmp_path):
+    """At 1366x768 the menu button a reader sees hides the navigation sidebar, and shows it
+    again (the same upstream bug left it doing nothing)."""
+    with device(tmp_path, LAPTOP, False) as (page, errors, foreign):
+        page.goto(served + page_of(NOTEBOOKS[0]), wait_until="load")
+        button = [b for b in page.locator("button.primary-toggle").all() if b.is_visible()]
+        assert button, "no visible menu button at 1366x768"
+        sidebar = page.locator("#pst-primary-sidebar")
+        for hidden in (True, False):
+            button[0].click()
+            page.wait_for_timeout(300)
+            assert ("pst-sidebar-hidden" in sidebar.get_attribute("class")) == hidden, hidden
+        assert not errors and not foreign, (errors, foreign)
+
+
+@pytest.mark.browser
 def test_site_prints_its_code_unclipped(site, served, tmp_path):
     """Printed (print media, an A4 page's width), no code block of a notebook or a solutions
     page is wider than the page: print cannot scroll, so such a block is cut."""
