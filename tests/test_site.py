@@ -15,7 +15,8 @@ page is visited, and each must
 - open with its "launch on Binder", "source", "edit this page" and "open an issue" links;
 - show no nbval marker line in its code (`# NBVAL_IGNORE_OUTPUT` is for the tests, not for
   readers);
-- give every image an alt text that says something (not empty, not a file name);
+- give every image an alt text that says something (not empty, not a file name), and every
+  block of code a copy button;
 - be no wider than the window, at 1366x768 (a laptop), 820x1180 (a tablet) and 390x844 with
   touch (a phone); at 1366x768 at most 10 % of the site's code blocks scroll sideways;
 - open and close its menu and its page-contents drawers at tablet and phone sizes (the themes'
@@ -376,6 +377,9 @@ READ_PAGE = r"""async () => {
         markers: [...document.querySelectorAll("pre")]
             .flatMap(pre => pre.innerText.split("\n"))
             .filter(line => /^\s*#\s*NBVAL_/.test(line)).map(line => line.trim()),
+        no_copy: [...document.querySelectorAll("article div.highlight > pre")]
+            .filter(pre => !pre.parentElement.querySelector(":scope > button.series-copy"))
+            .map(pre => pre.textContent.trim().slice(0, 60)),
         bad_alt: [...document.images].filter(i => !alt_says_something(i))
                                      .map(i => `${i.getAttribute("src")} (alt ${
                                          JSON.stringify(i.getAttribute("alt"))})`),
@@ -472,6 +476,7 @@ def problems(seen: dict[str, dict], base: str, folder: Path) -> list[str]:
         out += [f"{name}: raw math delimiter in the text: {t!r}" for t in found["raw"]]
         out += [f"{name}: shows an nbval marker: {t!r}" for t in found["markers"]]
         out += [f"{name}: image without a meaningful alt text: {i}" for i in found["bad_alt"]]
+        out += [f"{name}: code without a copy button: {t!r}" for t in found["no_copy"]]
         if found["overflow"]:
             out.append(f"{name}: {found['overflow']} px wider than its {found['width']} px window")
         for link in found["links"]:
@@ -520,6 +525,7 @@ BROKEN = {
         <img src="_images/missing.png" alt="_images/missing.png">
         <pre style="overflow: auto"># NBVAL_IGNORE_OUTPUT\nprint("LONG")</pre>
         <div style="width: 3000px">a page wider than its window</div>
+        <div class="highlight"><pre>x = 1</pre></div>
         <a href="gone.html">a missing page</a> <a href="good.html#nowhere">a missing anchor</a>
         <a href="good.html#here">a good link</a> <a href="https://example.org/">elsewhere</a>
         <script>console.error("boom")</script></article></body></html>""",
@@ -554,6 +560,7 @@ def test_site_checks_fail_on_a_broken_site(browser, tmp_path):
         f"index.html: link to a missing page: {base}gone.html",
         f"index.html: link to a missing anchor: {base}good.html#nowhere",
         "index.html: shows an nbval marker: '# NBVAL_IGNORE_OUTPUT'",
+        "index.html: code without a copy button: 'x = 1'",
         "index.html: image without a meaningful alt text: _images/missing.png "
         '(alt "_images/missing.png")',
         "index.html: 1608 px wider than its 1400 px window",  # 3000 px and the 8 px margin
@@ -562,7 +569,7 @@ def test_site_checks_fail_on_a_broken_site(browser, tmp_path):
         assert line in found, f"not caught: {line}\nfound: {found}"
     assert not [line for line in found if line.startswith("good.html")], found
     blocks, scrolling = code_that_scrolls(seen)
-    assert (blocks, len(scrolling)) == (1, 1), (blocks, scrolling)
+    assert (blocks, len(scrolling)) == (2, 1), (blocks, scrolling)
     assert scrolling[0].startswith("index.html: # NBVAL_IGNORE_OUTPUT"), scrolling
     page.emulate_media(media="print")  # print wraps nothing here: the block is cut
     with serve(folder) as base:
