@@ -66,6 +66,9 @@ MATHJAX = metadata.distribution("sphinx-mathjax-offline").locate_file("sphinx-ma
 html_static_path = ["_static", str(MATHJAX / "static")]
 mathjax_path = "mathjax/tex-chtml.js"
 html_css_files = ["series.css"]
+# the drawers' buttons at every width (a workaround for the themes' bug), names for unnamed
+# controls, a copy button on code: website/_static/series.js says what and why
+html_js_files = ["series.js"]
 html_show_sourcelink = False
 html_last_updated_fmt = None
 html_favicon = "_static/favicon.svg"  # without one the browser asks for /favicon.ico and logs a 404

@@ -10,12 +10,17 @@ tests/README.md) with the README as index.md; website/conf.py loads this extensi
   repository on GitHub, and the notebooks' links to ../README.md at the front page;
 - shows a remote image (the README's Binder badge) as its text, so no page asks another host;
 - adds to each notebook a note before its first exercise that links to its solutions page;
-- gives each page its "launch on Binder" and "source" links (the page template shows them).
+- gives each page its "launch on Binder", "source", "edit this page" and "open an issue" links
+  and its link-preview metadata (the page template shows them);
+- leaves out of the code the site shows the lines that only the tests read (`# NBVAL_...`):
+  the notebooks keep them, a reader has no use for them.
 """
 
+import html
 import posixpath
 import re
 from pathlib import Path
+from urllib.parse import urlencode
 
 import nbformat
 from docutils import nodes
@@ -29,6 +34,9 @@ WIDGET_NOTE = (
 )
 # pages the build writes, and the file or folder of the repository each one stands for
 GENERATED = {"index": "README.md", "solutions/index": "solutions"}
+# the file to edit for a page the build writes from a folder: the build script writes it
+EDITED = {"solutions/index": "website/build.py"}
+NOT_FOUND = "404"  # the page GitHub Pages shows for a missing address (website/build.py)
 EXERCISE = re.compile(r"\bExercises?\b")
 
 
@@ -99,13 +107,24 @@ def math_on_one_line(markdown: str) -> str:
     return CODE_OR_MATH.sub(join, markdown)
 
 
+# a line that tells nbval what to do with a cell (`# NBVAL_IGNORE_OUTPUT`, `# NBVAL_SKIP`, ...)
+NBVAL_LINE = re.compile(r"^[ \t]*#[ \t]*NBVAL_\w+.*(?:\n|$)", re.M)
+
+
+def without_test_markers(source: str) -> str:
+    """A code cell's source without its nbval marker lines (the notebook keeps them)."""
+    return NBVAL_LINE.sub("", source)
+
+
 def read_notebook(text: str) -> nbformat.NotebookNode:
     """myst-nb's reader for .ipynb (nb_custom_formats): the notebook as JupyterLab shows it,
-    widgets as their stored views and each formula on one line."""
+    widgets as their stored views, each formula on one line, and no nbval marker lines."""
     nb = static_widget_views(nbformat.reads(text, as_version=4))
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = math_on_one_line(cell.source)
+        elif cell.cell_type == "code":
+            cell.source = without_test_markers(cell.source)
     return nb
 
 
@@ -206,10 +225,22 @@ def note_solutions(app, doctree) -> None:
 # --- the links at the top of each page ------------------------------------------------------
 
 
+def description(doctree, limit: int = 200) -> str:
+    """A page's first paragraph of prose, on one line, cut at a word before `limit`
+    characters: what a link preview shows under the title."""
+    for paragraph in doctree.findall(nodes.paragraph):
+        text = " ".join(paragraph.astext().split())
+        if len(text) > 40 and not text.startswith(("Launch on Binder", "Binder")):
+            return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
+    return ""
+
+
 def page_links(app, pagename, templatename, context, doctree) -> None:
-    """context['series_binder_url'] and ['series_source_url'] for the page template."""
-    if doctree is None or pagename not in app.env.found_docs:
-        return  # search, genindex: no source
+    """For the page template: context['series_binder_url'], ['series_source_url'],
+    ['series_edit_url'] and ['series_issue_url'], and ['series_preview'] (the title,
+    description and address a link preview shows)."""
+    if doctree is None or pagename not in app.env.found_docs or pagename == NOT_FOUND:
+        return  # search, genindex, the 404 page: no source
     config = app.config
     path = repo_path(pagename, Path(app.env.doc2path(pagename)).suffix)
     kind = "tree" if pagename in GENERATED and not path.endswith(".md") else "blob"
@@ -217,6 +248,19 @@ def page_links(app, pagename, templatename, context, doctree) -> None:
     context["series_source_url"] = f"{repository}/{path}"
     opened = config.series_binder_home if pagename == "index" else path
     context["series_binder_url"] = config.series_binder_url + opened
+    edited = EDITED.get(pagename, path)
+    context["series_edit_url"] = f"{config.series_github_url}/edit/{config.series_branch}/{edited}"
+    title = html.unescape(re.sub(r"<[^>]+>", "", context.get("title", ""))).strip()
+    title = title or config.project
+    url = config.html_baseurl + ("" if pagename == "index" else f"{pagename}.html")
+    body = f"Page: {url}\n\n"
+    query = urlencode({"title": f"{title}: ", "body": body})
+    context["series_issue_url"] = f"{config.series_github_url}/issues/new?{query}"
+    context["series_preview"] = {
+        "title": title if pagename == "index" else f"{title} · {config.project}",
+        "description": description(doctree) or config.project,
+        "url": url,
+    }
 
 
 def setup(app):
