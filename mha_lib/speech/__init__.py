@@ -15,7 +15,8 @@ A module per idea:
   dicts' maps;
 - `tokenizer`: `WhisperTokenizer`;
 - `timing`: `median_filter`, `dtw`, `alignment_matrix`, `token_times`;
-- `transcribe`: `load_whisper`, `transcribe`, `Transcript`, `greedy_tokens`.
+- `transcribe`: `load_whisper`, `transcribe`, `Transcript`, `greedy_tokens`;
+- `utterances`: the stored espeak-ng utterances (`utterance(name)`) and how they were made.
 
 Imports torch, numpy and tokenizers (inside `WhisperTokenizer`), so each module is imported by
 its full name (`from mha_lib.speech.transcribe import load_whisper`); this package imports

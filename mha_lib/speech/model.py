@@ -273,7 +273,10 @@ class WhisperModel(nn.Module):
             KVCache(B, c.decoder_heads, max_len, d, dtype=enc.dtype, device=enc.device)
             for _ in self.decoder.layers
         ]
-        cross = [layer.cross_attn.keys_values(enc) for layer in self.decoder.layers]
+        cross = [
+            tuple(t.contiguous() for t in layer.cross_attn.keys_values(enc))  # (B, h, S, d) each
+            for layer in self.decoder.layers
+        ]
         return WhisperCache(own, cross)
 
     def decode(

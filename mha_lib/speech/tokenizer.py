@@ -55,4 +55,4 @@ class WhisperTokenizer:
         return self._tok.decode([int(i)], skip_special_tokens=False)
 
     def __len__(self) -> int:
-        return self._tok.get_vocab_size()
+        return self._tok.get_vocab_size(with_added_tokens=True)

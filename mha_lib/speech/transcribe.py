@@ -102,13 +102,14 @@ def greedy_tokens(model: WhisperModel, prefix: list[int], enc: Tensor, eot: int,
     return new, [torch.cat(r, dim=2) for r in rows]
 
 
+@torch.no_grad()
 def transcribe(model: WhisperModel, tokenizer: WhisperTokenizer, audio, language: str = "en",
                max_new_tokens: int | None = None) -> Transcript:  # fmt: skip
     """Transcribe up to 30 s of 16 kHz mono audio (module docstring)."""
+    prefix = tokenizer.prefix(language)  # checks the language
     mel = log_mel(audio, model.config.num_mel_bins)  # (80, 3000), checks the audio
     device = next(model.parameters()).device
     enc = model.encode(mel[None].to(device))  # (1, 1500, C)
-    prefix = tokenizer.prefix(language)
     new, cross = greedy_tokens(model, prefix, enc, tokenizer.eot, max_new_tokens)
     tokens = new[:-1] if new and new[-1] == tokenizer.eot else new
     rows = [w[:, :, len(prefix) :][:, :, : len(tokens)].cpu() for w in cross]  # (1, h, T, S)
