@@ -2,7 +2,7 @@
 encoder-decoder on real weights.
 
 Read first: `model` (Whisper built from the series' attention, positions, pre-norm blocks and
-KV cache, about 300 lines), then `transcribe` (loading the weights, greedy decoding with a fixed
+KV cache), then `transcribe` (loading the weights, greedy decoding with a fixed
 cross-attention cache beside a growing self-attention cache), then `timing` (DTW over the
 alignment heads). `audio` turns samples into the log-mel spectrogram, `ctranslate2` reads the
 weights' file format, `tokenizer` is Whisper's BPE. What makes it Whisper (options, weights'

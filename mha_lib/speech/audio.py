@@ -9,8 +9,8 @@ convolution then makes 1,500 frames of 20 ms. `log_mel` equals transformers'
 `WhisperFeatureExtractor` (tests/speech/test_audio.py).
 
 What it holds: `SAMPLE_RATE`, `N_SAMPLES`, `mel_filters()`, `log_mel(audio)`, `read_wav(path)`
-(a WAV file of 8, 16 or 32-bit integer or 32-bit float samples, any rate and channel count, as
-16 kHz mono float32 in [-1, 1]: channels averaged, the rate changed by band-limited
+(a PCM WAV file of 8, 16 or 32-bit integer samples, any rate and channel count, as 16 kHz
+mono float32 in [-1, 1]: channels averaged, the rate changed by band-limited
 interpolation) and `write_wav(path, audio)` (16 kHz mono int16).
 """
 
@@ -110,9 +110,17 @@ def log_mel(audio, n_mels: int = N_MELS) -> Tensor:
 def read_wav(path: str | Path) -> np.ndarray:
     """A WAV file's samples as 16 kHz mono float32 in [-1, 1] (see the module docstring)."""
     path = Path(path)
-    with wave.open(str(path), "rb") as w:
-        channels, width, rate = w.getnchannels(), w.getsampwidth(), w.getframerate()
-        raw = w.readframes(w.getnframes())
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is not a file")
+    try:
+        with wave.open(str(path), "rb") as w:
+            channels, width, rate = w.getnchannels(), w.getsampwidth(), w.getframerate()
+            raw = w.readframes(w.getnframes())
+    except (wave.Error, EOFError, RuntimeError, OSError) as e:  # what `wave` raises on junk
+        raise ValueError(
+            f"{path.name} is not a PCM WAV file ({e}); expected integer samples (convert it, "
+            "e.g. to 16-bit PCM, with any audio editor)"
+        ) from e
     if width == 1:
         x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128.0) / 128.0
     elif width == 2:

@@ -22,7 +22,7 @@ output_cross_attentions=False)` -> logits (B, T, V), or (logits, [(B, h, T, 1500
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -368,8 +368,3 @@ def state_to_hf(config: WhisperConfig, state: dict) -> dict:
     out = {hf: state[ours] for ours, hf, _ in _layer_names(config)}
     out["proj_out.weight"] = state["decoder.embed.weight"]
     return out
-
-
-def config_fields() -> set[str]:
-    """The names of WhisperConfig's fields (the options an architecture file may set)."""
-    return {f.name for f in fields(WhisperConfig)}

@@ -72,3 +72,8 @@ def test_read_wav_brings_any_rate_and_channels_to_16k_mono(tmp_path):
     _write(tmp_path / "d.wav", np.zeros(8, "<i2").view(np.uint8)[:12], 16_000, 1, 3)
     with pytest.raises(ValueError, match=r"has 24-bit samples; expected 8, 16 or 32-bit"):
         read_wav(tmp_path / "d.wav")
+    (tmp_path / "e.wav").write_bytes(b"RIFF0000WAVEnot a wav file")
+    with pytest.raises(ValueError, match=r"e.wav is not a PCM WAV file"):
+        read_wav(tmp_path / "e.wav")
+    with pytest.raises(FileNotFoundError, match=r"nothing.wav is not a file"):
+        read_wav(tmp_path / "nothing.wav")
