@@ -36,6 +36,11 @@ def test_the_options_read_from_transformers():
     options = hf_options(HFConfig(**TINY))
     assert set(options) == set(ARCHITECTURE.options)
     c = WhisperConfig(**options)
+    assert (
+        WhisperConfig.from_hf(HFConfig(**TINY))
+        == c
+        == WhisperConfig.from_hf(HFConfig(**TINY).to_dict())
+    )
     assert (c.hidden_size, c.encoder_heads, c.decoder_layers, c.max_source_positions) == (
         12,
         3,
