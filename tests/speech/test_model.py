@@ -1,7 +1,9 @@
 """mha_lib.speech.model: Whisper built from the series' parts equals transformers'
 WhisperForConditionalGeneration on tiny random models of odd sizes (encoder states, logits,
 every layer's cross-attention weights, with and without the cache) and on the packaged Whisper
-base; its sinusoids are notebook 10's with another base; its inputs are checked."""
+base; a CTranslate2 file of odd sizes written from our weights reads back into the same model
+(a non-zero W_K bias refused); its sinusoids are notebook 10's with another base; its inputs
+are checked."""
 
 import pytest
 import torch
@@ -130,3 +132,64 @@ def test_the_packaged_weights_equal_transformers_holding_them(whisper_base, whis
     for w, ref in zip(cross, out.cross_attentions, strict=True):
         assert w.shape == (1, 8, tokens.shape[1], 1500)
         torch.testing.assert_close(w, ref, rtol=1e-4, atol=1e-5)
+
+
+def ctranslate2_variables(ours: WhisperModel) -> dict:
+    """Our weights in CTranslate2's layout (its names, fused projections, a zero K bias, the
+    head counts as int8 scalars), as its converter writes them: the test of the other way."""
+    import numpy as np
+
+    from mha_lib.models.whisper import CTRANSLATE2, CTRANSLATE2_ZERO_PARTS
+
+    state = {k: v.numpy() for k, v in ours.state_dict().items()}
+    c = ours.config
+    parts: dict[str, dict[int, np.ndarray]] = {}
+    sizes: dict[str, int] = {}
+
+    def put(name, part, n, value):
+        parts.setdefault(name, {})[part] = value
+        sizes[name] = n
+
+    for key, (name, part, n) in CTRANSLATE2["model"].items():
+        put(name, part, n, state[key])
+    for stack, L in (("encoder", c.encoder_layers), ("decoder", c.decoder_layers)):
+        for l in range(L):
+            for key, (name, part, n) in CTRANSLATE2["layer"].items():
+                if f"{stack}.layers.{l}.{key}" in state:
+                    put(f"{stack}/layer_{l}/{name}", part, n, state[f"{stack}.layers.{l}.{key}"])
+            for name, part, n in CTRANSLATE2_ZERO_PARTS:
+                full = f"{stack}/layer_{l}/{name}"
+                if full in parts:
+                    put(full, part, n, np.zeros(c.hidden_size, np.float32))
+    out = {name: np.concatenate([p[i] for i in range(sizes[name])]) for name, p in parts.items()}
+    out["encoder/num_heads"] = np.array(c.encoder_heads, np.int8)
+    out["decoder/num_heads"] = np.array(c.decoder_heads, np.int8)
+    return out
+
+
+def test_a_ctranslate2_file_of_odd_sizes_reads_back_into_the_same_model(tmp_path):
+    from mha_lib.speech.ctranslate2 import read_ctranslate2, write_ctranslate2
+    from mha_lib.speech.model import state_from_ctranslate2
+
+    _, ours = tiny_pair(6)
+    variables = ctranslate2_variables(ours)
+    f = read_ctranslate2(write_ctranslate2(tmp_path / "model.bin", variables))
+    config_json = {"alignment_heads": [[1, 0]], "suppress_ids": [5], "suppress_ids_begin": [2]}
+    config = WhisperConfig.from_ctranslate2(f.variables, config_json)
+    assert config == type(config)(
+        **{
+            **ours.config.__dict__,
+            "alignment_heads": ((1, 0),),
+            "suppress_tokens": (5,),
+            "begin_suppress_tokens": (2,),
+        }
+    )
+    state = state_from_ctranslate2(config, f)
+    assert set(state) == set(ours.state_dict())
+    assert all(torch.equal(state[k], v) for k, v in ours.state_dict().items())
+    variables["decoder/layer_1/attention/linear_1/bias"][0] = 0.5  # a K bias in [b_K; b_V]
+    f = read_ctranslate2(write_ctranslate2(tmp_path / "model.bin", variables))
+    with pytest.raises(
+        ValueError, match=r"decoder/layer_1/attention/linear_1/bias has a non-zero W_K bias"
+    ):
+        state_from_ctranslate2(config, f)
