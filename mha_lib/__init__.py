@@ -28,10 +28,11 @@ only the core and the shared modules:
   attention functions, and generation (notebooks 08, 11, 12).
 
 Below them, the architectures, importing only the layers above:
-- `models/`: one file per architecture (Llama, Qwen2, Qwen3, Gemma 2, Gemma 3, Qwen3.5): the
+- `models/`: one file per architecture (Llama, Qwen2, Qwen3, Gemma 2, Gemma 3, Qwen3.5,
+  Whisper): the
   options it sets, where its numbers come from in a GGUF file and in a transformers config,
   each weight's names and how tensor parallelism splits it; one reader per source
-  (notebooks 12, 15, 16).
+  (notebooks 12, 15, 16, 17).
 
 One package per later part, a leaf: it imports the core, the building blocks, the shared
 modules and at most two other parts it declares (its `Edges:`), and nothing imports it but the
@@ -51,7 +52,10 @@ tools:
 - `linear_attention/`: attention with a fixed-size state: linear attention, the
   delta rule and the gated delta rule (one step, step by step, chunked),
   Qwen3.5's gated DeltaNet layer with its cache, its hybrid decoder, and the recall
-  sweep at an equal state/cache budget (notebook 16).
+  sweep at an equal state/cache budget (notebook 16);
+- `speech/`: Whisper base, an encoder-decoder on real weights: the log-mel spectrogram, our
+  reader of its CTranslate2 file, the model built from the series' attention with a fixed
+  cross-attention cache, greedy transcription and word times by DTW (notebook 17).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
 numpy|torch|efficient|triton|rope|mla|llm|deltanet|binder`), `data` (cached sweeps, read with
 `importlib.resources`).

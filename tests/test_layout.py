@@ -37,6 +37,7 @@ PARTS = [
     "llm",
     "distributed",
     "linear_attention",
+    "speech",
 ]
 TOOLS = ["exercises", "bench", "data"]
 MAX_EDGES = 2  # other parts a part may import, each declared with its reason

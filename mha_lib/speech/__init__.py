@@ -1,0 +1,26 @@
+"""Speech to text with Whisper base: the part of the library behind notebook 17, the series'
+encoder-decoder on real weights.
+
+Read first: `model` (Whisper built from the series' attention, positions, pre-norm blocks and
+KV cache), then `transcribe` (loading the weights, greedy decoding with a fixed
+cross-attention cache beside a growing self-attention cache), then `timing` (DTW over the
+alignment heads). `audio` turns samples into the log-mel spectrogram, `ctranslate2` reads the
+weights' file format, `tokenizer` is Whisper's BPE. What makes it Whisper (options, weights'
+names) is `mha_lib.models.whisper`.
+
+A module per idea:
+- `audio`: `log_mel`, `mel_filters`, `read_wav`, `write_wav`;
+- `ctranslate2`: `read_ctranslate2`, `write_ctranslate2`, `CTranslate2File`;
+- `model`: `WhisperConfig`, `WhisperModel`, `WhisperCache`, `whisper_sinusoids`, the state
+  dicts' maps;
+- `tokenizer`: `WhisperTokenizer`;
+- `timing`: `median_filter`, `dtw`, `alignment_matrix`, `token_times`;
+- `transcribe`: `load_whisper`, `transcribe`, `Transcript`, `greedy_tokens`;
+- `utterances`: the stored espeak-ng utterances (`utterance(name)`) and how they were made.
+
+Imports torch, numpy and tokenizers (inside `WhisperTokenizer`), so each module is imported by
+its full name (`from mha_lib.speech.transcribe import load_whisper`); this package imports
+nothing itself.
+
+Edges: `llm`, for `find_model_file` (the one place that finds and joins a model's packages).
+"""
