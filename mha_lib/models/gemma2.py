@@ -34,17 +34,8 @@ OPTIONS = {
 
 def gguf_options(read) -> dict:
     """The options of a GGUF file's `gemma2.` keys, and the defaults it does not store."""
-    L, pattern = read.num_layers, DEFAULTS["sliding_window_pattern"]
-    layers_27b = L == DEFAULTS["layers_of_27b"]
     return dict(
-        layer_types=tuple(
-            "full_attention" if (l + 1) % pattern == 0 else "sliding_attention" for l in range(L)
-        ),
-        sliding_window=int(read.need("attention.sliding_window")),
-        query_scale=(read.hidden_size // read.num_heads if layers_27b else read.head_dim) ** -0.5,
-        sandwich_norms=True,
-        embedding_scale=float(read.hidden_size) ** 0.5,
-        mlp_activation="gelu_tanh",
+        **gemma3.gemma_block_options(read, DEFAULTS),
         attn_logit_softcap=read.need("attn_logit_softcapping"),
         final_logit_softcap=read.need("final_logit_softcapping"),
     )

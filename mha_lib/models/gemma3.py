@@ -58,21 +58,31 @@ SANDWICH_WEIGHTS = weights(
 )
 
 
-def gguf_options(read) -> dict:
-    """The options of a GGUF file's `gemma3.` keys, and the defaults it does not store."""
-    L, pattern = read.num_layers, DEFAULTS["sliding_window_pattern"]
-    layers_27b = L == DEFAULTS["layers_of_27b"]
+def gemma_block_options(read, defaults: dict) -> dict:
+    """What Gemma 2's and Gemma 3's files share: sliding layers in a pattern (every
+    `sliding_window_pattern`-th layer global), the window from the file, four norms, the
+    embedding times √C, the GELU-gated MLP, and the scores' scale 1/√d, 1/√(C/h) for the
+    model of `layers_of_27b` layers (as llama.cpp sets them)."""
+    L, pattern = read.num_layers, defaults["sliding_window_pattern"]
+    layers_27b = L == defaults["layers_of_27b"]
     return dict(
         layer_types=tuple(
             "full_attention" if (l + 1) % pattern == 0 else "sliding_attention" for l in range(L)
         ),
         sliding_window=int(read.need("attention.sliding_window")),
-        rope_local_base=DEFAULTS["rope_local_base"],
-        qk_norm=True,
         query_scale=(read.hidden_size // read.num_heads if layers_27b else read.head_dim) ** -0.5,
         sandwich_norms=True,
         embedding_scale=float(read.hidden_size) ** 0.5,
         mlp_activation="gelu_tanh",
+    )
+
+
+def gguf_options(read) -> dict:
+    """The options of a GGUF file's `gemma3.` keys, and the defaults it does not store."""
+    return dict(
+        **gemma_block_options(read, DEFAULTS),
+        rope_local_base=DEFAULTS["rope_local_base"],
+        qk_norm=True,
         attn_logit_softcap=read.get("attn_logit_softcapping"),
         final_logit_softcap=read.get("final_logit_softcapping"),
     )
