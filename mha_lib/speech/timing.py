@@ -10,9 +10,19 @@ that maximises the summed weight, moving one token, one frame, or both at each s
 time is the first frame its row takes on the path, times 0.02 s. This is transformers'
 `_extract_token_timestamps` (tests/speech/test_timing.py checks it equal), written out.
 
+Which moment that time is: token k's row is the query of the step whose INPUT is token k, and
+that step predicts token k + 1, so its heads look where token k + 1 is spoken: the path enters
+row k where token k ends and the next begins. The first row's time is 0 by construction (the
+path starts at (0, 0)), so the first token "ends" at 0: a word's start read from these times
+is wrong for the second word. OpenAI's word timing (`token_spans`) starts one row earlier,
+with the <|notimestamps|> step, the query that predicts the first token: T + 1 rows, whose
+times are where each token starts and, last, where the final one ends. Notebook 17 measures
+both readings against espeak-ng's own word starts.
+
 What it holds: `median_filter(x, width)`, `dtw(cost)` -> (token indices, frame indices),
 `alignment_matrix(cross, heads, num_frames)`, `token_times(cross, heads, num_frames)` ->
-(times (T,), spans [(first frame, last frame + 1)] per token).
+(times (T,), spans [(first frame, last frame + 1)] per token), `token_spans(cross, heads,
+num_frames)` -> (starts (T,), ends (T,)).
 """
 
 from __future__ import annotations
@@ -21,7 +31,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["FRAME_SECONDS", "alignment_matrix", "dtw", "median_filter", "token_times"]
+__all__ = [
+    "FRAME_SECONDS",
+    "alignment_matrix",
+    "dtw",
+    "median_filter",
+    "token_spans",
+    "token_times",
+]
 
 FRAME_SECONDS = 0.02  # one encoder frame: two spectrogram columns of 10 ms
 
@@ -92,3 +109,12 @@ def token_times(cross: list[Tensor], heads, num_frames: int | None = None):
     spans = [(int(frames[tokens == t].min()), int(frames[tokens == t].max()) + 1)
              for t in range(matrix.shape[0])]  # fmt: skip
     return times, spans
+
+
+def token_spans(cross: list[Tensor], heads, num_frames: int | None = None):
+    """(starts (T,), ends (T,)) in seconds of T tokens, OpenAI's reading: cross holds each
+    layer's cross-attention (1, h, T + 1, S) of the T + 1 queries that PREDICT the tokens and
+    then the end (the <|notimestamps|> step's, then each token's); the path enters row k where
+    token k starts, and row T where the last token ends."""
+    times, _ = token_times(cross, heads, num_frames)  # (T + 1,)
+    return times[:-1], times[1:]

@@ -7,10 +7,17 @@ Derived in notebook 17. Whisper's decoder is told what to do by four tokens befo
 `decode(ids)` (special tokens left out), `token(id)` (one token's text, its leading space kept:
 a token that starts a word starts with a space), `id(name)`, `prefix(language)` (the four
 tokens), `eot`.
+
+The packaged tokenizer.json lacks BPE's first merge ("Ġ t" -> "Ġt", id 256: its list has
+49,999 merges where GPT-2's has 50,000, the first line of merges.txt lost), so " to" would
+encode as two tokens that Whisper never writes. `WhisperTokenizer` puts back every merge the
+vocabulary needs and the list lacks (GPT-2's ids follow the merges' order: token 256 + k is made
+by merge k) and refuses a file where a missing token cannot be split into two it has.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 __all__ = ["WhisperTokenizer"]
@@ -23,7 +30,10 @@ class WhisperTokenizer:
         from tokenizers import Tokenizer
 
         self.path = Path(path)
-        self._tok = Tokenizer.from_file(str(self.path))
+        spec = json.loads(self.path.read_text())
+        restored = _restore_merges(spec["model"])
+        self._tok = Tokenizer.from_str(json.dumps(spec))
+        self.restored_merges = restored  # [(left, right)] put back
         self.eot = self.id("<|endoftext|>")
         self.sot = self.id("<|startoftranscript|>")
 
@@ -56,3 +66,26 @@ class WhisperTokenizer:
 
     def __len__(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
+
+
+def _restore_merges(model: dict) -> list[tuple[str, str]]:
+    """Put back, at its rank, each merge that makes a vocabulary token (id >= 256, GPT-2's
+    order) no merge makes; returns them. Merges may be "a b" strings or [a, b] pairs."""
+    vocab, merges = model["vocab"], model["merges"]
+    as_pair = (lambda m: tuple(m.split(" "))) if merges and isinstance(merges[0], str) else tuple
+    made = {"".join(as_pair(m)) for m in merges}
+    missing = sorted(
+        (i, t) for t, i in vocab.items() if 256 <= i < 256 + len(merges) + 1 and t not in made
+    )
+    restored = []
+    for i, t in missing:
+        splits = [(t[:k], t[k:]) for k in range(1, len(t)) if t[:k] in vocab and t[k:] in vocab]
+        if len(splits) != 1:
+            raise ValueError(
+                f"tokenizer.json: no merge makes token {t!r} (id {i}) and it splits into "
+                f"{len(splits)} pairs of tokens; expected exactly one"
+            )
+        pair = splits[0]
+        merges.insert(i - 256, " ".join(pair) if isinstance(merges[0], str) else list(pair))
+        restored.append(pair)
+    return restored

@@ -11,8 +11,13 @@ transformers' `generate` with greedy search (tests/speech check the tokens equal
 cross-attention row is kept as it is computed, and the alignment heads time the tokens
 (`mha_lib.speech.timing`).
 
+`align(model, tokenizer, audio, text)` times a text that is known rather than heard (forced
+alignment): the prefix and the text's tokens go through the decoder in one pass, each token's
+cross-attention row is the one it gets as the decoder's input, exactly as in `transcribe` (so
+aligning the text `transcribe` heard gives the same times), and the same DTW times them.
+
 What it holds: `load_whisper`, `Transcript` (`.tokens`, `.text`, `.token_times`, `.words`
-[(word, start, end)], `.cross_attentions`), `transcribe`, `greedy_tokens`.
+[(word, start, end)], `.cross_attentions`), `transcribe`, `align`, `greedy_tokens`.
 """
 
 from __future__ import annotations
@@ -29,10 +34,10 @@ from ..llm.model_files import find_model_file
 from .audio import HOP_LENGTH, N_SAMPLES, log_mel
 from .ctranslate2 import read_ctranslate2
 from .model import WhisperConfig, WhisperModel, state_from_ctranslate2
-from .timing import FRAME_SECONDS, token_times
+from .timing import token_spans, token_times
 from .tokenizer import WhisperTokenizer
 
-__all__ = ["Transcript", "greedy_tokens", "load_whisper", "transcribe"]
+__all__ = ["Transcript", "align", "audio_frames", "greedy_tokens", "load_whisper", "transcribe"]
 
 SPEC = "WhisperSpec"
 
@@ -61,9 +66,12 @@ def load_whisper(path: str | Path | None = None) -> tuple[WhisperModel, WhisperT
 @dataclass
 class Transcript:
     """tokens: the text tokens after the prefix, without <|endoftext|>; text; token_times:
-    seconds, one per token; words: (word, start, end) in seconds, a word being the tokens from
-    one that starts with a space to the next; cross_attentions: each layer's (1, h, T, S)
-    cross-attention of the T text tokens."""
+    seconds, one per token, where it ends (as transformers' token timestamps: `timing`'s
+    docstring says why it is the end); words: (word, start, end) in seconds, a word being the
+    tokens from one that starts with a space to the next, timed as OpenAI does (`token_spans`:
+    the rows of the queries that predict each token, from the <|notimestamps|> step's on);
+    cross_attentions: each layer's (1, h, T + 1, S) cross-attention of the T + 1 queries that
+    predict the text tokens and then the end (the <|notimestamps|> step's, then each token's)."""
 
     tokens: list[int]
     text: str
@@ -112,21 +120,55 @@ def transcribe(model: WhisperModel, tokenizer: WhisperTokenizer, audio, language
     enc = model.encode(mel[None].to(device))  # (1, 1500, C)
     new, cross = greedy_tokens(model, prefix, enc, tokenizer.eot, max_new_tokens)
     tokens = new[:-1] if new and new[-1] == tokenizer.eot else new
-    rows = [w[:, :, len(prefix) :][:, :, : len(tokens)].cpu() for w in cross]  # (1, h, T, S)
+    return _timed(model, tokenizer, audio, prefix, tokens, cross)
+
+
+@torch.no_grad()
+def align(model: WhisperModel, tokenizer: WhisperTokenizer, audio, text: str,
+          language: str = "en") -> Transcript:  # fmt: skip
+    """Time a known text in the audio (forced alignment, module docstring). The text is
+    tokenised as Whisper writes it, after a space (" The animal ...")."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"text = {text!r}; expected the words spoken, a non-empty string")
+    prefix = tokenizer.prefix(language)
+    tokens = tokenizer.encode(" " + text.strip())
+    if len(prefix) + len(tokens) > model.config.max_target_positions:
+        raise ValueError(
+            f"text has {len(tokens)} tokens; at most "
+            f"{model.config.max_target_positions - len(prefix)} fit after the prefix"
+        )
+    mel = log_mel(audio, model.config.num_mel_bins)  # (80, 3000), checks the audio
+    device = next(model.parameters()).device
+    enc = model.encode(mel[None].to(device))  # (1, 1500, C)
+    x = torch.tensor([prefix + tokens], device=device)  # (1, 4 + T)
+    _, cross = model.decode(x, enc, output_cross_attentions=True)  # [(1, h, 4 + T, S)] per layer
+    return _timed(model, tokenizer, audio, prefix, tokens, cross)
+
+
+def _timed(model, tokenizer, audio, prefix, tokens, cross) -> Transcript:
+    """The Transcript of tokens after prefix; cross holds each layer's cross-attention of the
+    queries fed: the prefix, then at least every token but the end."""
+    P, T = len(prefix), len(tokens)
+    rows = [w[:, :, P - 1 : P + T].cpu() for w in cross]  # (1, h, T + 1, S): predicting rows
     times, words = [], []
     heads = model.config.alignment_heads
-    if tokens and heads and rows[0].shape[2] == len(tokens):
-        n = min(len(audio), N_SAMPLES)
-        num_frames = -(-n // HOP_LENGTH)  # the spectrogram columns the audio fills
-        t, spans = token_times(rows, heads, num_frames)
-        times = [float(x) for x in t]
-        words = _words(tokenizer, tokens, times, spans)
+    if tokens and heads and rows[0].shape[2] == T + 1:
+        frames = audio_frames(audio)
+        reading = [w[:, :, 1:] for w in rows]  # (1, h, T, S): the queries reading each token
+        times = [float(x) for x in token_times(reading, heads, frames)[0]]  # where each ends
+        starts, ends = token_spans(rows, heads, frames)
+        words = _words(tokenizer, tokens, starts, ends)
     return Transcript(tokens, tokenizer.decode(tokens), times, words, rows)
 
 
-def _words(tokenizer, tokens, times, spans):
-    """(word, start, end): a word starts at a token whose text starts with a space (or the
-    first); it starts at its first token's time and ends where its last token's frames end."""
+def audio_frames(audio) -> int:
+    """The spectrogram columns (10 ms each) that the audio fills, at most 3000."""
+    return -(-min(len(audio), N_SAMPLES) // HOP_LENGTH)
+
+
+def _words(tokenizer, tokens, starts, ends):
+    """(word, start, end): a word is the tokens from one whose text starts with a space (or the
+    first) to the next; it starts where its first token starts and ends where its last ends."""
     groups = []
     for i, t in enumerate(tokens):
         if not groups or tokenizer.token(t).startswith(" "):
@@ -135,8 +177,8 @@ def _words(tokenizer, tokens, times, spans):
     return [
         (
             tokenizer.decode([tokens[i] for i in g]).strip(),
-            round(times[g[0]], 2),
-            round(spans[g[-1]][1] * FRAME_SECONDS, 2),
+            round(float(starts[g[0]]), 2),
+            round(float(ends[g[-1]]), 2),
         )
         for g in groups
     ]

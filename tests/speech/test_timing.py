@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from mha_lib.speech.timing import alignment_matrix, dtw, median_filter, token_times
+from mha_lib.speech.timing import (
+    alignment_matrix,
+    dtw,
+    median_filter,
+    token_spans,
+    token_times,
+)
 from tests.speech.conftest import TINY, TINY_ALIGNMENT_HEADS, tiny_pair
 
 
@@ -76,3 +82,13 @@ def test_the_alignment_matrix_is_standardised_over_the_tokens():
     torch.testing.assert_close(m.mean(0), torch.zeros(10), atol=1e-6, rtol=0)
     torch.testing.assert_close(m.std(0, unbiased=False), torch.ones(10), atol=1e-5, rtol=0)
     assert alignment_matrix(w, [(0, 1), (2, 0)], num_frames=8).shape == (6, 4)
+
+
+def test_token_spans_read_the_predicting_rows_as_starts():
+    g = torch.Generator().manual_seed(5)
+    cross = [torch.rand(1, 3, 7, 40, generator=g) for _ in range(2)]  # T + 1 = 7 rows
+    heads = [(0, 1), (1, 2)]
+    times, _ = token_times(cross, heads, 60)
+    starts, ends = token_spans(cross, heads, 60)
+    assert starts[0] == 0 and list(starts) == list(times[:-1]) and list(ends) == list(times[1:])
+    assert all(s <= e for s, e in zip(starts, ends, strict=True)) and len(starts) == 6

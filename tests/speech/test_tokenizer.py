@@ -1,6 +1,8 @@
-"""mha_lib.speech.tokenizer: Whisper base's tokenizer.json read by `tokenizers` gives the ids and
-texts transformers' WhisperTokenizerFast gives, its four-token prefix, and refuses unknown
-tokens and languages by name."""
+"""mha_lib.speech.tokenizer: Whisper base's tokenizer.json, its missing first merge put back,
+gives the ids and texts transformers' WhisperTokenizerFast gives on the repaired file, its
+four-token prefix, and refuses unknown tokens and languages by name."""
+
+import json
 
 import pytest
 
@@ -25,12 +27,16 @@ def test_the_prefix_and_special_tokens(tok):
 
 
 @needs_whisper
-def test_encode_and_decode_as_transformers(tok):
+def test_encode_and_decode_as_transformers(tok, tmp_path):
     from transformers import WhisperTokenizerFast
 
-    ref = WhisperTokenizerFast(tokenizer_file=str(tok.path))
     text = " The animal didn't cross the street because it was too tired."
     ids = tok.encode(text)
+    as_packaged = WhisperTokenizerFast(tokenizer_file=str(tok.path))
+    assert as_packaged.encode(text, add_special_tokens=False) != ids  # " the" in two pieces
+    repaired = tmp_path / "tokenizer.json"
+    repaired.write_text(json.dumps(json.loads(tok._tok.to_str())))
+    ref = WhisperTokenizerFast(tokenizer_file=str(repaired))
     assert ids == ref.encode(text, add_special_tokens=False)
     assert tok.decode(tok.prefix() + ids + [tok.eot]) == text
     assert ref.decode(ids) == text
@@ -43,3 +49,69 @@ def test_unknown_tokens_and_languages_are_refused(tok):
         tok.id("<|xx|>")
     with pytest.raises(ValueError, match=r"language = 'klingon' is not one of Whisper's"):
         tok.prefix("klingon")
+
+
+@needs_whisper
+def test_the_missing_first_merge_is_put_back(tok):
+    assert tok.restored_merges == [("Ġ", "t")]
+    assert [tok.token(i) for i in tok.encode(" learns to read the token")] == [
+        " learns",
+        " to",
+        " read",
+        " the",
+        " token",
+    ]
+
+
+def test_a_missing_merge_that_cannot_be_told_is_refused(tmp_path):
+    from mha_lib.speech.tokenizer import WhisperTokenizer
+
+    byte_tokens = {chr(0x100 + i) if i < 33 else chr(i) for i in range(33, 127)}
+    vocab = {t: i for i, t in enumerate(sorted(byte_tokens))}
+    vocab = {
+        **{f"b{i}": i for i in range(256 - len(vocab))},
+        **{t: i + 256 - len(vocab) for t, i in vocab.items()},
+    }
+    vocab.update({"ab": 256, "abc": 257, "bc": 258})  # "abc" is "ab"+"c" or "a"+"bc"
+    spec = json.loads(_minimal_tokenizer(vocab, ["a b", "b c"]))
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    with pytest.raises(
+        ValueError, match=r"no merge makes token 'abc' \(id 257\) and it splits into 2"
+    ):
+        WhisperTokenizer(path)
+
+
+def _minimal_tokenizer(vocab, merges):
+    return json.dumps(
+        {
+            "version": "1.0",
+            "truncation": None,
+            "padding": None,
+            "added_tokens": [],
+            "normalizer": None,
+            "pre_tokenizer": {
+                "type": "ByteLevel",
+                "add_prefix_space": False,
+                "trim_offsets": True,
+                "use_regex": True,
+            },
+            "post_processor": None,
+            "decoder": {
+                "type": "ByteLevel",
+                "add_prefix_space": True,
+                "trim_offsets": True,
+                "use_regex": True,
+            },
+            "model": {
+                "type": "BPE",
+                "dropout": None,
+                "unk_token": None,
+                "continuing_subword_prefix": "",
+                "end_of_word_suffix": "",
+                "fuse_unk": False,
+                "vocab": vocab,
+                "merges": merges,
+            },
+        }
+    )

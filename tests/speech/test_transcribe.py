@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mha_lib.speech.ctranslate2 import write_ctranslate2
-from mha_lib.speech.transcribe import greedy_tokens, load_whisper, transcribe
+from mha_lib.speech.transcribe import align, greedy_tokens, load_whisper, transcribe
 from mha_lib.speech.utterances import UTTERANCES, utterance
 from tests.speech.conftest import TINY, needs_whisper, tiny_pair
 
@@ -48,12 +48,20 @@ def test_greedy_tokens_equal_generate_with_the_suppressed_tokens(seed):
 
 
 # what Whisper base hears in each utterance (greedy, as transformers does): numbers as digits,
-# and three words misheard: "lets" as "let", the first "The" as "and", "of" as "on"
+# and words misheard in all but three (notebook 17 shows them)
 HEARD = {
     "animal": " The animal didn't cross the street because it was too tired.",
     "attention": " Attention, let every word look at every other word.",
     "cross": " and decoder listens to the encoder through cross-attention.",
     "seconds": " 30 seconds on sound become 1500 frames.",
+    "heads": " each head in its own way learns to read the sentence.",
+    "grows": " The cash rolls, one token every step.",
+    "queries": " We are in our questions and key answer M.",
+    "softmax": " cause become weight, rob my roll, through the softmax.",
+    "documents": " Long-talk humans make their tension matrix large. Very large.",
+    "whisper": " We've appeared as the sound. Very bright sound at words.",
+    "story": " Small models, trimmed well, can follow a simple story.",
+    "looks": " The model looks back, world by world, at what it wrote.",
 }
 
 
@@ -86,6 +94,9 @@ def test_the_packaged_model_transcribes_each_utterance_as_transformers(
     starts = [s for _, s, _ in ours.words]
     assert starts == sorted(starts) and all(s <= e for _, s, e in ours.words)
     assert ours.words[-1][2] <= len(audio) / 16000 + 0.02  # no word after the audio ends
+    assert tok.encode(ours.text) == ours.tokens  # Whisper writes the BPE's own tokens
+    forced = align(model, tok, audio, ours.text)  # the heard text, aligned in one pass
+    assert forced.tokens == ours.tokens and forced.words == ours.words
 
 
 @needs_whisper
@@ -94,7 +105,7 @@ def test_the_transcript_keeps_the_text_tokens_cross_attention(whisper_base):
     audio, _ = utterance("cross")
     t = transcribe(model, tok, audio)
     assert tok.eot not in t.tokens and len(t.token_times) == len(t.tokens)
-    assert [w.shape for w in t.cross_attentions] == [(1, 8, len(t.tokens), 1500)] * 6
+    assert [w.shape for w in t.cross_attentions] == [(1, 8, len(t.tokens) + 1, 1500)] * 6
     assert tok.decode(t.tokens) == t.text
 
 
@@ -121,3 +132,23 @@ def test_bad_audio_is_refused_before_the_model_runs(whisper_base):
         transcribe(model, tok, np.zeros(0, np.float32))
     with pytest.raises(ValueError, match=r"language = 'xx' is not one of Whisper's"):
         transcribe(model, tok, np.zeros(1600, np.float32), language="xx")
+    with pytest.raises(ValueError, match=r"text = '  '; expected the words spoken"):
+        align(model, tok, np.zeros(1600, np.float32), "  ")
+
+
+@needs_whisper
+def test_forced_alignment_times_words_near_espeaks_own_starts(whisper_base):
+    """The reading of the rows matters: OpenAI's (the queries that predict each token) puts the
+    words' starts within 0.2 s of espeak-ng's on every stored utterance; transformers' token
+    times read as starts are late on every one."""
+    model, tok = whisper_base
+    for name in UTTERANCES:
+        audio, record = utterance(name)
+        a = align(model, tok, audio, record["text"])
+        assert [w for w, *_ in a.words] == record["text"].split()
+        ref = np.array([s for _, s in record["words"]])
+        starts = np.array([s for _, s, _ in a.words])
+        assert np.abs(starts - ref)[1:].mean() < 0.2, name
+        firsts = [i for i, t in enumerate(a.tokens) if tok.token(t).startswith(" ")]
+        late = np.array([a.token_times[i] for i in firsts]) - ref
+        assert late[1:].mean() > 0.1, name

@@ -1,6 +1,6 @@
 """mha_lib.speech.utterances: the stored utterances are 16 kHz int16 mono WAV files whose
-hashes, lengths and texts the provenance records; with espeak-ng installed, one is spoken again
-and comes out byte for byte the same."""
+hashes, lengths, texts and word starts the provenance records; with espeak-ng installed, one is
+spoken again and comes out byte for byte the same, its word starts too."""
 
 import hashlib
 import json
@@ -31,6 +31,10 @@ def test_every_utterance_is_stored_with_its_provenance():
         audio, same = utterance(name)
         assert audio.shape == (record["samples"],) and same == record
         assert 1.0 < record["seconds"] < 6.0  # short: seconds of speech each
+        words = [w for w, _ in record["words"]]
+        starts = [s for _, s in record["words"]]
+        assert words == text.split() and starts[0] == 0.0
+        assert starts == sorted(starts) and starts[-1] < record["seconds"]
     with pytest.raises(ValueError, match=r"name = 'x'; expected one of 'animal'"):
         utterance("x")
 
