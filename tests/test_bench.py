@@ -262,6 +262,25 @@ def test_llm_benchmark_runs_gemma3_on_tiny_sizes(tmp_path):
     assert row["model"] == "gemma3" and row["decode_ours_tok_s"] > 0
 
 
+def test_whisper_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
+    """--tiny: a random Whisper of odd sizes against transformers holding its weights, the whole
+    benchmark (the equality check included: the same tokens and token times, else status 1),
+    and --markdown prints docs/benchmarks.md's table from the JSON."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "whisper.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "whisper", "--tiny", "--repeats", "1"]
+    cmd += ["--json", str(path)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "the same 6 tokens from both" in result.stdout
+    row = json.loads(path.read_text())
+    assert row["model"] == "tiny random Whisper" and row["token_times_max_difference_s"] < 1e-6
+    assert all(row[f"{m}_speed_ratio"] > 0 for m in ("encode", "greedy", "timed"))
+    assert main(["whisper", "--markdown", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6 and lines[3].startswith("| encode, (1, 80, 3000) spectrogram | ")
+
+
 def test_deltanet_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
     """Tiny sizes: the three forms of the rule agree (the benchmark asserts it), every time is
     positive, and --markdown prints docs/benchmarks.md's two tables from the JSON."""
