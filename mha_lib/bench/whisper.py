@@ -22,9 +22,9 @@ Whisper's 30 s. Measured in one run:
    (spectrogram, encoder, greedy decoding keeping the cross-attention, DTW over the alignment
    heads, words); transformers' `WhisperFeatureExtractor` then `generate(...,
    return_token_timestamps=True)` with the audio's attention mask, as tests/speech do. Asked
-   for token timestamps, transformers' generate switches its model to eager attention (for
-   good, encoder included: the weights it needs come from there), so measure 4 runs on a
-   second transformers model around the same tensors, and 2 and 3 keep SDPA.
+   for token timestamps, transformers' generate switches its model to eager attention, for
+   good and for the whole model, encoder included, so measure 4 runs on a second
+   transformers model around the same tensors, and 2 and 3 keep SDPA.
 2-4 are timed in interleaved rounds (medians) and reported as ratios "ours / transformers" of
 the speeds (above 1: ours is faster); the goal is at least 1.0x on 3 and 4. Before timing, the
 benchmark checks that 3 and 4 give the same tokens for both, and 4 the same token times (to
