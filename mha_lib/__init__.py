@@ -57,8 +57,8 @@ tools:
   reader of its CTranslate2 file, the model built from the series' attention with a fixed
   cross-attention cache, greedy transcription and word times by DTW (notebook 17).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
-numpy|torch|efficient|triton|rope|mla|llm|deltanet|binder`), `data` (cached sweeps, read with
-`importlib.resources`).
+numpy|torch|efficient|triton|rope|mla|llm|whisper|deltanet|binder`), `data` (cached sweeps,
+read with `importlib.resources`).
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.
 Masks are boolean everywhere in the numpy core, and True means "may attend".

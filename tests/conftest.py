@@ -19,7 +19,8 @@ a session that uses none of them imports neither torch nor gguf for them.
   `whisper_base_hf`: transformers' WhisperForConditionalGeneration holding the same weights
   (our state mapped into it: no missing, no unexpected key) with Whisper base's generation
   config (alignment heads, suppressed tokens, language and task tokens) made from the file's
-  config.json and tokenizer; shared by tests/speech and tests/models/test_whisper.py.
+  config.json and tokenizer, both built by `mha_lib.speech.reference.hf_whisper` (which the
+  benchmark uses too); shared by tests/speech and tests/models/test_whisper.py.
 """
 
 from __future__ import annotations
@@ -140,57 +141,11 @@ def whisper_base():
 
 @pytest.fixture(scope="session")
 def whisper_base_hf(whisper_base):
-    """(transformers' model holding our weights, its generation config)."""
-    import torch
-    from transformers import GenerationConfig, WhisperForConditionalGeneration
-    from transformers import WhisperConfig as HFConfig
+    """(transformers' model holding our weights, its generation config): `hf_whisper`, eager
+    attention (the comparisons read its attention weights)."""
+    from mha_lib.speech.reference import hf_whisper
 
-    from mha_lib.speech.model import state_to_hf
-
-    model, tok = whisper_base
-    c = model.config
-    hf_config = HFConfig(
-        vocab_size=c.vocab_size,
-        num_mel_bins=c.num_mel_bins,
-        d_model=c.hidden_size,
-        encoder_layers=c.encoder_layers,
-        encoder_attention_heads=c.encoder_heads,
-        encoder_ffn_dim=c.encoder_ffn_dim,
-        decoder_layers=c.decoder_layers,
-        decoder_attention_heads=c.decoder_heads,
-        decoder_ffn_dim=c.decoder_ffn_dim,
-        max_source_positions=c.max_source_positions,
-        max_target_positions=c.max_target_positions,
-        decoder_start_token_id=tok.sot,
-        eos_token_id=tok.eot,
-        pad_token_id=tok.eot,
-        bos_token_id=tok.eot,
-        suppress_tokens=list(c.suppress_tokens),
-        begin_suppress_tokens=list(c.begin_suppress_tokens),
-        attn_implementation="eager",
-    )
-    with torch.device("meta"):
-        hf = WhisperForConditionalGeneration(hf_config)
-    result = hf.load_state_dict(state_to_hf(c, model.state_dict()), strict=False, assign=True)
-    assert not result.missing_keys and not result.unexpected_keys, result
-    hf.tie_weights()
-    hf.eval()
-    gen = GenerationConfig(
-        decoder_start_token_id=tok.sot,
-        eos_token_id=tok.eot,
-        pad_token_id=tok.eot,
-        suppress_tokens=list(c.suppress_tokens),
-        begin_suppress_tokens=list(c.begin_suppress_tokens),
-        no_timestamps_token_id=tok.id("<|notimestamps|>"),
-        is_multilingual=True,
-        lang_to_id={"<|en|>": tok.id("<|en|>")},
-        task_to_id={"transcribe": tok.id("<|transcribe|>"), "translate": tok.id("<|translate|>")},
-        alignment_heads=[list(p) for p in c.alignment_heads],
-        max_length=c.max_target_positions,
-        median_filter_width=7,
-    )
-    hf.generation_config = gen
-    return hf, gen
+    return hf_whisper(*whisper_base, attn_implementation="eager")
 
 
 def _whisper_installed() -> bool:

@@ -262,6 +262,55 @@ def test_llm_benchmark_runs_gemma3_on_tiny_sizes(tmp_path):
     assert row["model"] == "gemma3" and row["decode_ours_tok_s"] > 0
 
 
+def test_whisper_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
+    """--tiny: a random Whisper of odd sizes against transformers holding its weights, the whole
+    benchmark (the equality check included: the same tokens and token times, else status 1),
+    and --markdown prints docs/benchmarks.md's table from the JSON."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "whisper.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "whisper", "--tiny", "--repeats", "1"]
+    cmd += ["--json", str(path)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "the same 6 tokens from both" in result.stdout
+    row = json.loads(path.read_text())
+    assert row["model"] == "tiny random Whisper" and row["token_times_max_difference_s"] < 1e-6
+    assert all(row[f"{m}_speed_ratio"] > 0 for m in ("encode", "greedy", "timed"))
+    assert main(["whisper", "--markdown", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 6 and lines[3].startswith("| encode, (1, 80, 3000) spectrogram | ")
+
+
+def test_whisper_benchmark_stops_where_ours_and_transformers_differ(capsys):
+    """The check before the timing: tokens that part, or token times that differ, are printed
+    and stop the benchmark with status 1."""
+    from types import SimpleNamespace
+
+    torch = pytest.importorskip("torch")
+    from mha_lib.bench.whisper import check_equal
+
+    def fns(greedy_ref, times_ref):
+        return {
+            "greedy ours": lambda: [5, 6, 9],  # 9: the end token, left out before comparing
+            "greedy transformers": lambda: torch.tensor([greedy_ref]),
+            "timed ours": lambda: SimpleNamespace(tokens=[5, 6], token_times=[0.0, 0.1], text=""),
+            "timed transformers": lambda: {
+                "sequences": torch.tensor([[5, 6]]),
+                "token_timestamps": torch.tensor([times_ref]),
+            },
+        }
+
+    assert check_equal(fns([5, 6], [0.0, 0.1]), eot=9)["tokens"] == 2
+    for greedy_ref, times_ref, message in (
+        ([5, 7], [0.0, 0.1], "greedy transcription, no token times: the tokens part at 1"),
+        ([5, 6], [0.0, 0.12], "token times differ by up to 0.02 s"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            check_equal(fns(greedy_ref, times_ref), eot=9)
+        assert stop.value.code == 1
+        assert message in capsys.readouterr().out
+
+
 def test_deltanet_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
     """Tiny sizes: the three forms of the rule agree (the benchmark asserts it), every time is
     positive, and --markdown prints docs/benchmarks.md's two tables from the JSON."""

@@ -17,6 +17,7 @@ BENCHMARKS = {
     "triton": ("triton", "notebook 09's Triton FlashAttention vs SDPA's flash backend (GPU)"),
     "rope": ("rope", "notebook 10's rope vs transformers' apply_rotary_pos_emb (ratio)"),
     "llm": ("llm", "notebook 12's decoder vs transformers: loading, prefill, decoding (CPU)"),
+    "whisper": ("whisper", "notebook 17's Whisper base vs transformers: load, encode, transcribe"),
     "deltanet": ("deltanet", "notebook 16's gated delta rule: chunked, step by step, decoding"),
     "binder": ("binder", "the series walked with every kernel alive: memory per kernel (Linux)"),
 }

@@ -16,11 +16,14 @@ A module per idea:
 - `tokenizer`: `WhisperTokenizer`;
 - `timing`: `median_filter`, `dtw`, `alignment_matrix`, `token_times`;
 - `transcribe`: `load_whisper`, `transcribe`, `Transcript`, `greedy_tokens`;
-- `utterances`: the stored espeak-ng utterances (`utterance(name)`) and how they were made.
+- `utterances`: the stored espeak-ng utterances (`utterance(name)`) and how they were made;
+- `reference`: `hf_whisper`, transformers' WhisperForConditionalGeneration holding our weights
+  and the GenerationConfig that decodes as `transcribe` does (imports transformers when
+  called): the reference of the tests and of `python -m mha_lib.bench whisper`.
 
-Imports torch, numpy and tokenizers (inside `WhisperTokenizer`), so each module is imported by
-its full name (`from mha_lib.speech.transcribe import load_whisper`); this package imports
-nothing itself.
+Imports torch, numpy, tokenizers (inside `WhisperTokenizer`) and transformers (inside
+`hf_whisper`), so each module is imported by its full name (`from mha_lib.speech.transcribe
+import load_whisper`); this package imports nothing itself.
 
 Edges: `llm`, for `find_model_file` (the one place that finds and joins a model's packages).
 """

@@ -15,9 +15,9 @@ weights' names in transformers and in CTranslate2's file). Built from the series
 
 What it holds: `WhisperConfig` (`from_hf`, `from_ctranslate2`), `WhisperModel`
 (`encode(mel)` (B, 80, 3000) -> (B, 1500, C); `decode(tokens, enc, cache=None,
-output_cross_attentions=False)` -> logits (B, T, V), or (logits, [(B, h, T, 1500) per layer]);
-`new_cache(enc, max_len)`), `WhisperCache`, `whisper_sinusoids`, `state_from_ctranslate2`,
-`state_from_hf`, `state_to_hf`.
+output_cross_attentions=False, last_logits_only=False)` -> logits (B, T, V), or (logits,
+[(B, h, T, 1500) per layer]); `new_cache(enc, max_len)`), `WhisperCache`,
+`whisper_sinusoids`, `state_from_ctranslate2`, `state_from_hf`, `state_to_hf`.
 """
 
 from __future__ import annotations
@@ -257,7 +257,9 @@ class WhisperModel(nn.Module):
         e = self.encoder
         x = F.gelu(e.conv1(mel))  # (B, C, 3000)
         x = F.gelu(e.conv2(x)).transpose(1, 2)  # (B, 1500, C): stride 2, 20 ms a frame
-        x = x + e.positions  # (B, 1500, C)
+        # contiguous: the transpose's layout would otherwise follow x through every residual
+        # sum, and each sublayer would copy it again (5 % of the encoder's time; same values)
+        x = (x + e.positions).contiguous()  # (B, 1500, C)
         for layer in e.layers:
             x = layer(x)
         return e.norm(x)
@@ -285,10 +287,13 @@ class WhisperModel(nn.Module):
         enc: Tensor,
         cache: WhisperCache | None = None,
         output_cross_attentions: bool = False,
+        last_logits_only: bool = False,
     ):
         """tokens (B, T) after the cache's tokens -> logits (B, T, V); with
         output_cross_attentions, (logits, a list of each layer's cross-attention weights
-        (B, h, T, S)). Without a cache, a fresh one for these tokens (thrown away)."""
+        (B, h, T, S)). Without a cache, a fresh one for these tokens (thrown away). With
+        last_logits_only, the logits of the last token alone (B, 1, V), all greedy decoding
+        reads: the head is a (V, C) matrix, and each row more costs another pass over it."""
         c = self.config
         if not isinstance(tokens, Tensor) or tokens.dim() != 2:
             got = tuple(tokens.shape) if isinstance(tokens, Tensor) else type(tokens).__name__
@@ -315,6 +320,8 @@ class WhisperModel(nn.Module):
         for layer, own, cross in zip(dec.layers, cache.self_attn, cache.cross, strict=True):
             x, w = layer(x, own, cross, output_cross_attentions)
             weights.append(w)
+        if last_logits_only:
+            x = x[:, -1:]  # (B, 1, C)
         logits = dec.norm(x) @ dec.embed.weight.T  # (B, T, V): the output head is the embedding
         return (logits, weights) if output_cross_attentions else logits
 

@@ -82,10 +82,11 @@ class Transcript:
 
 @torch.no_grad()
 def greedy_tokens(model: WhisperModel, prefix: list[int], enc: Tensor, eot: int,
-                  max_new_tokens: int | None = None):  # fmt: skip
+                  max_new_tokens: int | None = None, cross_attentions: bool = True):  # fmt: skip
     """Greedy decoding of one utterance: (the new tokens, the end token included if reached;
     each layer's cross-attention (1, h, n, S) of the rows fed: the prefix, then each new token
-    but the last)."""
+    but the last). With cross_attentions=False the weights are neither computed nor kept
+    (torch's fused kernel attends) and the list is empty: the same tokens, no token times."""
     c = model.config
     limit = c.max_target_positions - len(prefix)
     max_new_tokens = limit if max_new_tokens is None else min(max_new_tokens, limit)
@@ -95,9 +96,14 @@ def greedy_tokens(model: WhisperModel, prefix: list[int], enc: Tensor, eot: int,
     x = torch.tensor([prefix], device=enc.device)  # (1, 4)
     new, rows = [], [[] for _ in range(c.decoder_layers)]
     for step in range(max_new_tokens):
-        logits, cross = model.decode(x, enc, cache, output_cross_attentions=True)
-        for kept, w in zip(rows, cross, strict=True):
-            kept.append(w)
+        if cross_attentions:
+            logits, cross = model.decode(
+                x, enc, cache, output_cross_attentions=True, last_logits_only=True
+            )
+            for kept, w in zip(rows, cross, strict=True):
+                kept.append(w)
+        else:
+            logits = model.decode(x, enc, cache, last_logits_only=True)
         scores = logits[0, -1].float().clone()  # (V,)
         scores[suppress] = -math.inf
         if step == 0:
@@ -107,7 +113,7 @@ def greedy_tokens(model: WhisperModel, prefix: list[int], enc: Tensor, eot: int,
         if token == eot:
             break
         x = torch.tensor([[token]], device=enc.device)
-    return new, [torch.cat(r, dim=2) for r in rows]
+    return new, [torch.cat(r, dim=2) for r in rows] if cross_attentions else []
 
 
 @torch.no_grad()

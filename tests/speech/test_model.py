@@ -40,6 +40,13 @@ def test_encoder_logits_and_cross_attention_equal_transformers(seed):
         assert w.shape == (2, 3, 5, TINY["max_source_positions"])
         torch.testing.assert_close(w, ref, rtol=1e-5, atol=1e-6)
     assert ours.decode(tokens, enc).shape == (2, 5, TINY["vocab_size"])  # no flag: logits alone
+    with torch.no_grad():
+        last, last_cross = ours.decode(
+            tokens, enc, output_cross_attentions=True, last_logits_only=True
+        )
+    assert last.shape == (2, 1, TINY["vocab_size"])  # what greedy decoding reads
+    torch.testing.assert_close(last, out.logits[:, -1:], rtol=1e-5, atol=1e-5)
+    assert [w.shape for w in last_cross] == [w.shape for w in cross]  # every row's weights
 
 
 def test_decoding_token_by_token_with_the_cache_equals_all_at_once():

@@ -45,6 +45,9 @@ def test_greedy_tokens_equal_generate_with_the_suppressed_tokens(seed):
     )
     fed = len(prefix) + len(new) - 1  # the rows fed: the prefix, then each new token but the last
     assert [w.shape[2] for w in cross] == [fed] * TINY["decoder_layers"]
+    with torch.no_grad():  # without the weights: torch's fused kernel, the same tokens
+        fused = greedy_tokens(ours, prefix, ours.encode(mel), eot=2, cross_attentions=False)
+    assert fused == (new, [])
 
 
 # what Whisper base hears in each utterance (greedy, as transformers does): numbers as digits,
