@@ -58,6 +58,20 @@ OPTIONS = {
     "begin_suppress_tokens": "token ids not generated first (a space, the end token)",
 }
 
+# published sizes (each model's config.json on its model card, openai/whisper-NAME): width C,
+# layers and heads of each stack (d = C / h = 64 in every one), mel bands; the 30 s window
+# (1,500 encoder frames) and 448 decoder positions are the same in all of them
+PUBLISHED = {
+    "base": dict(hidden_size=512, encoder_layers=6, decoder_layers=6, heads=8, num_mel_bins=80),
+    "small": dict(hidden_size=768, encoder_layers=12, decoder_layers=12, heads=12, num_mel_bins=80),
+    "large-v3": dict(
+        hidden_size=1280, encoder_layers=32, decoder_layers=32, heads=20, num_mel_bins=128
+    ),
+    "large-v3-turbo": dict(
+        hidden_size=1280, encoder_layers=32, decoder_layers=4, heads=20, num_mel_bins=128
+    ),
+}
+
 DEFAULTS = {  # neither a transformers config nor the CTranslate2 file stores these
     "layer_norm_eps": 1e-5,  # torch's LayerNorm default, as Whisper's code uses it
     "sample_rate": 16_000,  # Hz, the feature extractor's

@@ -14,9 +14,12 @@ A module per idea:
 - `model`: `WhisperConfig`, `WhisperModel`, `WhisperCache`, `whisper_sinusoids`, the state
   dicts' maps;
 - `tokenizer`: `WhisperTokenizer`;
-- `timing`: `median_filter`, `dtw`, `alignment_matrix`, `token_times`;
-- `transcribe`: `load_whisper`, `transcribe`, `Transcript`, `greedy_tokens`;
-- `utterances`: the stored espeak-ng utterances (`utterance(name)`) and how they were made;
+- `timing`: `median_filter`, `dtw`, `alignment_matrix`, `token_times`, `token_spans`;
+- `transcribe`: `load_whisper`, `transcribe`, `align`, `Transcript`, `greedy_tokens`;
+- `alignment`: the measures of notebook 17's ablation (word starts through any heads, null
+  models);
+- `utterances`: the stored espeak-ng utterances (`utterance(name)`), their words' starts, and how
+  they were made;
 - `reference`: `hf_whisper`, transformers' WhisperForConditionalGeneration holding our weights
   and the GenerationConfig that decodes as `transcribe` does (imports transformers when
   called): the reference of the tests and of `python -m mha_lib.bench whisper`.

@@ -14,7 +14,7 @@ weights' names in transformers and in CTranslate2's file). Built from the series
 - pre-norm blocks: x + sublayer(LayerNorm(x)), a GELU MLP of 4C.
 
 What it holds: `WhisperConfig` (`from_hf`, `from_ctranslate2`), `WhisperModel`
-(`encode(mel)` (B, 80, 3000) -> (B, 1500, C); `decode(tokens, enc, cache=None,
+(`encode(mel)` (B, 80, 3000) -> (B, 1500, C), or one encoder layer's attention weights; `decode(tokens, enc, cache=None,
 output_cross_attentions=False, last_logits_only=False)` -> logits (B, T, V), or (logits,
 [(B, h, T, 1500) per layer]); `new_cache(enc, max_len)`), `WhisperCache`,
 `whisper_sinusoids`, `state_from_ctranslate2`, `state_from_hf`, `state_to_hf`.
@@ -240,8 +240,10 @@ class WhisperModel(nn.Module):
         self.encoder = Encoder(config)
         self.decoder = Decoder(config)
 
-    def encode(self, mel: Tensor) -> Tensor:
-        """mel (B, n_mels, 2 · S) -> the encoder's output (B, S, C), S = 1500 for 30 s."""
+    def encode(self, mel: Tensor, attention_of_layer: int | None = None):
+        """mel (B, n_mels, 2 · S) -> the encoder's output (B, S, C), S = 1500 for 30 s. With
+        attention_of_layer = l, the weights (B, h, S, S) of encoder layer l's self-attention
+        instead (the layers after it are not run)."""
         c = self.config
         if not isinstance(mel, Tensor) or mel.dim() != 3 or mel.shape[1] != c.num_mel_bins:
             got = tuple(mel.shape) if isinstance(mel, Tensor) else type(mel).__name__
@@ -260,6 +262,17 @@ class WhisperModel(nn.Module):
         # contiguous: the transpose's layout would otherwise follow x through every residual
         # sum, and each sublayer would copy it again (5 % of the encoder's time; same values)
         x = (x + e.positions).contiguous()  # (B, 1500, C)
+        if attention_of_layer is not None:
+            if not 0 <= attention_of_layer < c.encoder_layers:
+                raise ValueError(
+                    f"attention_of_layer = {attention_of_layer}; expected 0 to "
+                    f"{c.encoder_layers - 1}, an encoder layer"
+                )
+            for layer in e.layers[:attention_of_layer]:
+                x = layer(x)
+            attn = e.layers[attention_of_layer].self_attn
+            y = e.layers[attention_of_layer].norm_self(x)  # (B, S, C)
+            return attn.attend(y, *attn.keys_values(y), need_weights=True)[1]  # (B, h, S, S)
         for layer in e.layers:
             x = layer(x)
         return e.norm(x)

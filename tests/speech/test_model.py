@@ -47,6 +47,14 @@ def test_encoder_logits_and_cross_attention_equal_transformers(seed):
     assert last.shape == (2, 1, TINY["vocab_size"])  # what greedy decoding reads
     torch.testing.assert_close(last, out.logits[:, -1:], rtol=1e-5, atol=1e-5)
     assert [w.shape for w in last_cross] == [w.shape for w in cross]  # every row's weights
+    S = TINY["max_source_positions"]
+    for layer, ref in enumerate(out.encoder_attentions):  # each encoder layer's weights
+        with torch.no_grad():
+            w = ours.encode(mel, attention_of_layer=layer)
+        assert w.shape == (2, 3, S, S)
+        torch.testing.assert_close(w, ref, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"attention_of_layer = 9; expected 0 to 1, an encoder"):
+        ours.encode(mel, attention_of_layer=9)
 
 
 def test_decoding_token_by_token_with_the_cache_equals_all_at_once():
