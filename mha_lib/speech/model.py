@@ -14,10 +14,10 @@ weights' names in transformers and in CTranslate2's file). Built from the series
 - pre-norm blocks: x + sublayer(LayerNorm(x)), a GELU MLP of 4C.
 
 What it holds: `WhisperConfig` (`from_hf`, `from_ctranslate2`), `WhisperModel`
-(`encode(mel)` (B, 80, 3000) -> (B, 1500, C), or one encoder layer's attention weights; `decode(tokens, enc, cache=None,
-output_cross_attentions=False, last_logits_only=False)` -> logits (B, T, V), or (logits,
-[(B, h, T, 1500) per layer]); `new_cache(enc, max_len)`), `WhisperCache`,
-`whisper_sinusoids`, `state_from_ctranslate2`, `state_from_hf`, `state_to_hf`.
+(`encode(mel)` (B, 80, 3000) -> (B, 1500, C), or one encoder layer's attention weights;
+`decode(tokens, enc, cache=None, output_cross_attentions=False, last_logits_only=False)` ->
+logits (B, T, V), or (logits, [(B, h, T, 1500) per layer]); `new_cache(enc, max_len)`),
+`WhisperCache`, `whisper_sinusoids`, `state_from_ctranslate2`, `state_from_hf`, `state_to_hf`.
 """
 
 from __future__ import annotations
