@@ -18,8 +18,10 @@ answer written for torch tensors only is run again on tensors and passes with a 
   2 · decoder_layers · B · S · C · bytes_per_number.
 
 The sizes all differ (T != S != C != d_k != d_v, T != F), so a swap of roles or axes shows in
-the shape, and each shape a usual mistake gives is named; the cross-attention is also asked
-with an encoder output of many more frames than tokens (S = 30), as in Whisper (1,500 frames).
+the shape, and each shape a usual mistake gives is named; an answer that multiplies by W.T, as
+torch's nn.Linear stores its weight (out, in), raises on these sizes and is named too. The
+cross-attention is also asked with an encoder output of many more frames than tokens (S = 30),
+as in Whisper (1,500 frames).
 The cache's cases make every catalogued formula give other numbers. An answer is judged to the
 precision of its own dtype (`TOLERANCE`): float64 tightly, float32 to about 1e-5; a float16
 answer right to float16's precision is refused with a message that says so.
@@ -256,12 +258,30 @@ def _cross_other_shapes(X, E, W_Q, W_K, W_V) -> dict[tuple, tuple[dict, str]]:
     }
 
 
+def _linear_layout(fn, args) -> str | None:
+    """Name an answer that raised because it multiplies by W.T, as x @ W.T computes nn.Linear
+    (whose weight is stored (out, in)): it is right on the weights transposed."""
+    X, E, W_Q, W_K, W_V = args
+    result, problem, _ = run_as(fn, "numpy", X, E, W_Q.T, W_K.T, W_V.T)
+    if problem:
+        return None
+    value, problem = as_array(result, (len(X), W_V.shape[-1]))
+    expected = cross_attention_reference(*args)
+    if problem or not _allclose(value, expected, precision(result)):
+        return None
+    return (
+        "it multiplies by the transposed weights (X @ W_Q.T), as a torch nn.Linear's (out, in) "
+        "weight is used: here W_Q and W_K are (C, d_k) and W_V is (C, d_v), so Q = X @ W_Q, "
+        "K = E @ W_K, V = E @ W_V"
+    )
+
+
 def _judge_cross(fn, args) -> tuple[str | None, str | None]:
     """(problem or None, note or None) for one case of the cross-attention."""
     names = ("X", "E", "W_Q", "W_K", "W_V")
     result, problem, note = run_as(fn, "numpy", *args, names=names)
     if problem:
-        return problem, None
+        return _linear_layout(fn, args) or problem, None
     shape = (len(args[0]), args[4].shape[-1])  # (T, d_v)
     expected = cross_attention_reference(*args)
     if isinstance(result, (tuple, list)) and len(result) == 2:

@@ -13,11 +13,17 @@ from mha_lib.attention import scaled_dot_product_attention, softmax
 from mha_lib.exercises._base import GENERIC
 from mha_lib.exercises.nb17 import (
     CACHE_CASES,
+    S_LONG,
+    S,
     _cache_mistakes,
+    _cross_inputs,
+    _cross_mistakes,
     _dtw_inputs,
+    _dtw_mistakes,
     check_cross_attention,
     check_cross_cache_bytes,
     check_dtw_totals,
+    cross_attention_reference,
     cross_cache_bytes_reference,
     dtw_totals_reference,
 )
@@ -125,6 +131,12 @@ def _weights_of(X, E, W_Q, W_K, W_V):
     return scaled_dot_product_attention(X @ W_Q, E @ W_K, E @ W_V)[1]
 
 
+def _torch_linear(X, E, W_Q, W_K, W_V):  # nn.Linear's habit: F.linear(x, W) is x @ W.T
+    X, E, W_Q, W_K, W_V = (torch.as_tensor(a) for a in (X, E, W_Q, W_K, W_V))
+    Q, K, V = F.linear(X, W_Q), F.linear(E, W_K), F.linear(E, W_V)
+    return torch.softmax(Q @ K.T / K.shape[-1] ** 0.5, dim=-1) @ V
+
+
 def _in_place_scale(X, E, W_Q, W_K, W_V):
     X /= np.sqrt(W_Q.shape[1])  # the scale folded into the caller's X
     return _attend(X @ W_Q, E @ W_K, E @ W_V, scale=1.0)
@@ -176,6 +188,8 @@ CROSS_WRONG = [
         lambda X, E, Wq, Wk, Wv: scaled_dot_product_attention(X @ Wq, E @ Wk, E @ Wv),
         "a pair (output, weights)",
     ),
+    (lambda X, E, Wq, Wk, Wv: cross_numpy(X, E, Wq.T, Wk.T, Wv.T), "transposed weights"),
+    (_torch_linear, "transposed weights"),
     (_in_place_scale, "changes its argument X in place"),
     (
         lambda X, E, Wq, Wk, Wv: torch.as_tensor(cross_numpy(X, E, Wq, Wk, Wv)).half(),
@@ -192,6 +206,16 @@ def test_cross_attention_names_the_mistake(capsys, fn, words):
     out = verdict(capsys)
     assert out.startswith("✗ cross_attention:") and words in out, out
     assert not out.removeprefix("✗ cross_attention: ").startswith(GENERIC), out
+
+
+def test_every_cross_attention_mistake_is_its_own_and_not_the_answer():
+    """On each of the checker's cases, every catalogued mistake of the right shape differs from
+    the right output and from every other mistake, so each is named by its own message."""
+    for seed, frames in ((0, S), (1, S), (2, S_LONG)):
+        args = _cross_inputs(seed, frames)
+        rows = [("right", cross_attention_reference(*args)), *_cross_mistakes(*args).items()]
+        for (a, va), (b, vb) in itertools.combinations(rows, 2):
+            assert not np.allclose(va, vb, rtol=1e-4, atol=1e-4), (seed, a, b)
 
 
 def test_cross_attention_asks_an_encoder_output_of_many_frames(capsys):
@@ -324,6 +348,16 @@ def test_the_checkers_costs_are_the_library_dtw_paths_totals():
         assert cost.shape[0] != cost.shape[1]
         tokens, frames = dtw(cost)
         assert abs(cost[tokens, frames].sum() - dtw_totals_reference(cost)[-1, -1]) < 1e-5
+
+
+def test_every_dtw_mistake_is_its_own_and_not_the_answer():
+    """On each of the checker's costs, every catalogued table differs from the right one and
+    from every other, so each mistake is named by its own message."""
+    for seed in (0, 1, 2):
+        cost = _dtw_inputs(seed)
+        rows = [("right", dtw_totals_reference(cost)), *_dtw_mistakes(cost).items()]
+        for (a, va), (b, vb) in itertools.combinations(rows, 2):
+            assert not np.allclose(va, vb, rtol=1e-4, atol=1e-4), (seed, a, b)
 
 
 def _dtw(cost, pick=min, edge=np.inf, corner=0.0, moves="dul", add=True, cost_of=None):
