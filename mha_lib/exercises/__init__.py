@@ -51,6 +51,8 @@ from .nb15 import *  # noqa: F403  (imports gguf and torch only when a checker r
 from .nb15 import __all__ as _nb15
 from .nb16 import *  # noqa: F403
 from .nb16 import __all__ as _nb16
+from .nb17 import *  # noqa: F403
+from .nb17 import __all__ as _nb17
 
 __all__ = [
     *_nb00,
@@ -67,4 +69,5 @@ __all__ = [
     *_nb14,
     *_nb15,
     *_nb16,
+    *_nb17,
 ]
