@@ -31,7 +31,7 @@ class WhisperTokenizer:
 
         self.path = Path(path)
         spec = json.loads(self.path.read_text())
-        restored = _restore_merges(spec["model"])
+        restored = _restore_merges(spec["model"]) if spec["model"]["type"] == "BPE" else []
         self._tok = Tokenizer.from_str(json.dumps(spec))
         self.restored_merges = restored  # [(left, right)] put back
         self.eot = self.id("<|endoftext|>")
