@@ -447,3 +447,20 @@ def numpy_habit(problem: str | None) -> str | None:
             "(torch.as_tensor(x), or t.numpy())"
         )
     return problem if habit is None else f"{habit} (it {raised})"
+
+
+# (rtol, atol) an answer must meet, by the precision it was computed in (notebooks 16 and 17):
+# float64 answers that took one scalar through float32 (torch.tensor(g)) still pass; float32's
+# rounding is ~1e-7
+TOLERANCE = {"float64": (1e-6, 1e-9), "float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2)}
+
+
+def precision(result) -> str:
+    """The float precision an answer was computed in: "float16" (bfloat16 too), "float32" or
+    "float64" (lists, Python numbers and integer arrays count as float64)."""
+    if is_tensor(result):
+        size = result.element_size() if result.dtype.is_floating_point else 8
+    else:
+        dtype = getattr(result, "dtype", None)
+        size = dtype.itemsize if dtype is not None and dtype.kind == "f" else 8
+    return {2: "float16", 4: "float32"}.get(size, "float64")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Note, as_array, checker, diagnose, is_tensor, run_as
+from ._base import TOLERANCE, Note, as_array, checker, diagnose, precision, run_as
 
 __all__ = ["check_chunk_state", "check_delta_step", "check_gated_step"]
 
@@ -42,22 +42,6 @@ def _step_inputs(seed: int, d_k: int = D_K, d_v: int = D_V):
     beta = float(rng.uniform(0.2, 0.9))
     g = float(np.log(rng.uniform(0.3, 0.8)))  # a decay well away from 1
     return S, k, v, g, beta
-
-
-# (rtol, atol) an answer must meet, by the precision it was computed in: float64 answers that
-# took one scalar through float32 (torch.tensor(g)) still pass; float32's rounding is ~1e-7
-TOLERANCE = {"float64": (1e-6, 1e-9), "float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2)}
-
-
-def precision(result) -> str:
-    """The float precision an answer was computed in: "float16" (bfloat16 too), "float32" or
-    "float64" (lists, Python numbers and integer arrays count as float64)."""
-    if is_tensor(result):
-        size = result.element_size() if result.dtype.is_floating_point else 8
-    else:
-        dtype = getattr(result, "dtype", None)
-        size = dtype.itemsize if dtype is not None and dtype.kind == "f" else 8
-    return {2: "float16", 4: "float32"}.get(size, "float64")
 
 
 def _allclose(value, expected, prec: str) -> bool:

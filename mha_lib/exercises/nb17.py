@@ -31,23 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import Note, as_array, checker, diagnose, is_tensor, run, run_as
+from ._base import TOLERANCE, Note, as_array, checker, diagnose, precision, run, run_as
 
 __all__ = ["check_cross_attention", "check_cross_cache_bytes", "check_dtw_totals"]
-
-# (rtol, atol) an answer must meet, by the precision it was computed in (as notebook 16's)
-TOLERANCE = {"float64": (1e-6, 1e-9), "float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2)}
-
-
-def precision(result) -> str:
-    """The float precision an answer was computed in: "float16" (bfloat16 too), "float32" or
-    "float64" (lists, Python numbers and integer arrays count as float64)."""
-    if is_tensor(result):
-        size = result.element_size() if result.dtype.is_floating_point else 8
-    else:
-        dtype = getattr(result, "dtype", None)
-        size = dtype.itemsize if dtype is not None and dtype.kind == "f" else 8
-    return {2: "float16", 4: "float32"}.get(size, "float64")
 
 
 def _allclose(value, expected, prec: str) -> bool:
