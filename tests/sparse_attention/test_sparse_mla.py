@@ -98,15 +98,34 @@ def test_prefill_and_each_decoding_step_equal_transformers_through_the_caches(ro
 
 @pytest.mark.parametrize("tie, seed", [(False, 5), (True, 6)])
 def test_greedy_tokens_through_the_caches_equal_transformers_generate(tie, seed):
-    """9 prompt tokens and 12 generated, past index_topk = 5: the same tokens as transformers'
-    greedy generate, with our cache and without it."""
+    """3 prompt tokens and 9 generated, from below index_topk = 5 to past it: the same tokens as
+    transformers' greedy generate, with our cache and without it."""
     hf = hf_model(layers=2, topk=5, tie=tie, seed=seed)
     ours = DeepseekV32LM.from_hf(hf)
-    ids = ids_of(2, 9, seed=seed + 1)
+    ids = ids_of(2, 3, seed=seed + 1)
     with torch.no_grad():
-        theirs = hf.generate(ids, max_new_tokens=12, min_new_tokens=12, do_sample=False)
-    assert generate(ours, ids, 12, stop_ids=()).tolist() == theirs.tolist()
-    assert generate(ours, ids, 12, stop_ids=(), use_cache=False).tolist() == theirs.tolist()
+        theirs = hf.generate(ids, max_new_tokens=9, min_new_tokens=9, do_sample=False)
+    assert generate(ours, ids, 9, stop_ids=()).tolist() == theirs.tolist()
+    assert generate(ours, ids, 9, stop_ids=(), use_cache=False).tolist() == theirs.tolist()
+
+
+def test_absorbed_decoding_gives_the_same_outputs():
+    """MLA's weight absorption (scores against the latents) under the indexer's mask: the same
+    layer outputs as the plain path, prefill then one token at a time, to 1e-10 in float64."""
+    ours = DeepseekV32LM.from_hf(hf_model(layers=1, topk=4, dtype=torch.float64, seed=9))
+    attn = ours.layers[0].self_attn
+    x = torch.randn(2, 10, 21, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    plain, absorbed = attn.new_cache(2, 10), attn.new_cache(2, 10)
+    with torch.no_grad():
+        a = [attn(x[:, :6], cache=plain)] + [
+            attn(x[:, t : t + 1], cache=plain) for t in range(6, 10)
+        ]
+        b = [attn(x[:, :6], cache=absorbed, absorb=True)] + [
+            attn(x[:, t : t + 1], cache=absorbed, absorb=True) for t in range(6, 10)
+        ]
+        full = attn(x)
+    assert_near(torch.cat(b, 1), torch.cat(a, 1), 1e-10)
+    assert_near(torch.cat(a, 1), full, 1e-10)
 
 
 def test_topk_at_least_N_is_dense_mla():
