@@ -206,9 +206,11 @@ class SparseMLA(MultiHeadLatentAttention):
 @dataclass(frozen=True)
 class SparseMLAConfig(DecoderConfig):
     """A `DecoderConfig` whose layers attend with sparse MLA, and the sizes of that attention
-    (defaults: DeepSeek-V3.2's). num_kv_heads is num_heads and head_dim d_N + d_R (MLA has no
-    grouped key/value heads); rope_scaling: None or a YaRN dictionary (`mha_lib.efficient.mla.
-    yarn`), turning MLA's and the indexer's RoPE alike."""
+    (defaults: DeepSeek-V3.2's). layer_types: every layer "indexed_attention" (transformers'
+    name; the default), which the decoder's other consumers refuse by name; num_kv_heads is
+    num_heads and head_dim d_N + d_R (MLA has no grouped key/value heads); rope_scaling: None or
+    a YaRN dictionary (`mha_lib.efficient.mla.yarn`), turning MLA's and the indexer's RoPE
+    alike."""
 
     kv_lora_rank: int = 512  # r, the latent each token caches
     q_lora_rank: int = 1536  # r_q, the query's latent, which the indexer reads
@@ -221,7 +223,15 @@ class SparseMLAConfig(DecoderConfig):
     rope_scaling: dict | None = None
 
     def __post_init__(self) -> None:
+        if self.layer_types is None:  # every layer sparse MLA: transformers' "indexed_attention"
+            object.__setattr__(self, "layer_types", ("indexed_attention",) * self.num_layers)
         super().__post_init__()
+        others = [l for l, kind in enumerate(self.layer_types) if kind != "indexed_attention"]
+        if others:
+            raise ValueError(
+                f"layer_types[{others[0]}] = {self.layer_types[others[0]]!r}; a SparseMLAConfig's "
+                "layers are all 'indexed_attention' (sparse MLA)"
+            )
         minimums = dict(
             kv_lora_rank=1,
             q_lora_rank=1,

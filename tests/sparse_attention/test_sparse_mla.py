@@ -195,6 +195,7 @@ def test_the_config_is_read_from_transformers_with_every_option():
     assert config.rope_freq_factors is None and config.query_scale is None  # MLA turns its own
     assert config.rope_scaling == {k: v for k, v in YARN.items() if k != "rope_theta"}
     assert SparseMLAConfig.from_hf(hf_config()).rope_scaling is None
+    assert config.layer_types == ("indexed_attention",) * 3  # transformers' name, every layer
 
 
 # --- refused by name ----------------------------------------------------------------------------
@@ -261,6 +262,28 @@ def test_bad_input_is_refused():
         DeepseekV32LM(plain)
     with pytest.raises(ValueError, match=r"index_head_dim = 4 < qk_rope_head_dim = 6"):
         SparseMLAConfig(V, 8, 1, 2, 2, 4, 8, 100.0, 1e-6, 16, qk_rope_head_dim=6, index_head_dim=4)
+    with pytest.raises(
+        ValueError, match=r"layer_types\[1\] = 'full_attention'; a SparseMLAConfig's"
+    ):
+        SparseMLAConfig(
+            V,
+            8,
+            2,
+            2,
+            2,
+            4,
+            8,
+            100.0,
+            1e-6,
+            16,
+            layer_types=("indexed_attention", "full_attention"),
+        )
+    with pytest.raises(ValueError, match=r"'indexed_attention' one mha_lib.sparse_attention"):
+        from mha_lib.nn.decoder import DecoderLM
+
+        DecoderLM(
+            DecoderConfig(V, 8, 1, 2, 2, 4, 8, 100.0, 1e-6, 16, layer_types=("indexed_attention",))
+        )
     with pytest.raises(ValueError, match=r"q_lora_rank = None: the indexer reads MLA's query"):
         SparseMLA(8, 2, 4, 2, 2, 2, None, 2, 4, 3)
     with pytest.raises(ValueError, match=r"a sparse-MLA model has no sink cache"):
