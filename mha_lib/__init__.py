@@ -29,10 +29,10 @@ only the core and the shared modules:
 
 Below them, the architectures, importing only the layers above:
 - `models/`: one file per architecture (Llama, Qwen2, Qwen3, Gemma 2, Gemma 3, Qwen3.5,
-  Whisper): the
+  Whisper, DeepSeek-V3.2): the
   options it sets, where its numbers come from in a GGUF file and in a transformers config,
   each weight's names and how tensor parallelism splits it; one reader per source
-  (notebooks 12, 15, 16, 17).
+  (notebooks 12, 15, 16, 17, 18).
 
 One package per later part, a leaf: it imports the core, the building blocks, the shared
 modules and at most two other parts it declares (its `Edges:`), and nothing imports it but the
@@ -55,7 +55,10 @@ tools:
   sweep at an equal state/cache budget (notebook 16);
 - `speech/`: Whisper base, an encoder-decoder on real weights: the log-mel spectrogram, our
   reader of its CTranslate2 file, the model built from the series' attention with a fixed
-  cross-attention cache, greedy transcription and word times by DTW (notebook 17).
+  cross-attention cache, greedy transcription and word times by DTW (notebook 17);
+- `sparse_attention/`: choosing keys: DeepSeek's lightning indexer, its causal top-k as a mask
+  on notebook 11's latent attention, its key cache, and DeepSeek-V3.2's decoder (dense layers)
+  on the series' decoder, checked against transformers (notebook 18).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
 numpy|torch|efficient|triton|rope|mla|llm|whisper|deltanet|binder`), `data` (cached sweeps,
 read with `importlib.resources`).

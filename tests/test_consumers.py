@@ -7,14 +7,16 @@ Gemma 2, Gemma 3, and one config per remaining option: Llama 3's and Gemma 3's R
 factors, sink logits, the output gate, partial RoPE) and the Llama with an output matrix of its
 own, with float64 weights from `distributed.weights.RandomWeights`; and a small Qwen3.5 hybrid
 (`HybridLM`, two gated-DeltaNet layers and one full-attention layer with QK-norm, partial RoPE
-and the output gate).
+and the output gate); and a small DeepSeek-V3.2 (`DeepseekV32LM`, two sparse-MLA layers, every
+one "indexed_attention").
 
 The consumers and their references:
 - tensor parallelism over 2 ranks (`tensor_parallel_rank`, all the models in one group of
   processes) against the model's own forward, to 1e-12;
 - streaming's one-pass losses (`masked_losses`, positions "cache" and "original", a window of 4
   and 2 sinks on 12 tokens) against the rolling cache token by token (`rolling_losses`), to
-  1e-9: equal on every model but the hybrid, whose gated-DeltaNet layers both refuse by name;
+  1e-9: equal on every model but the hybrid and DeepSeek-V3.2, whose gated-DeltaNet and
+  sparse-MLA layers both refuse by name;
 - the induction circuits (`llm.induction.qk_circuit`, `ov_circuit`, `composition_scores`) on
   every layer against the layer's own scores and outputs (`qkv`, W_O), to 1e-9;
 - `architectures.differences`: a line for every option the config sets;
@@ -42,17 +44,19 @@ from mha_lib.llm.architectures import differences
 from mha_lib.llm.induction import composition_scores, ov_circuit, qk_circuit
 from mha_lib.llm.streaming import masked_losses, rolling_losses
 from mha_lib.nn.decoder import DecoderConfig
+from mha_lib.sparse_attention import DeepseekV32LM, SparseMLAConfig
 from mha_lib.testing import assert_close
 from mha_lib.toy.circuits import k_composition
 from tests.hf_models import SMALL_CONFIGS, small_configs
 
-NAMES = (*SMALL_CONFIGS, "untied", "qwen3_5")
+NAMES = (*SMALL_CONFIGS, "untied", "qwen3_5", "deepseek_v32")
 P = 2  # ranks
 WINDOW, SINKS, TOKENS = 4, 2, 12  # streaming: 12 tokens past S + W = 6 and the sliding windows (5)
 
 # each option: (how to tell the config sets it, a word of its line in `differences`)
 OPTIONS = {
     "linear_attention": (lambda c: "linear_attention" in (c.layer_types or ()), "gated-DeltaNet"),
+    "indexed_attention": (lambda c: "indexed_attention" in (c.layer_types or ()), "indexer"),
     "sliding_window": (lambda c: "sliding_attention" in (c.layer_types or ()), "sliding window"),
     "rope_freq_factors": (lambda c: c.rope_freq_factors is not None, "RoPE's frequencies"),
     "rope_local_base": (lambda c: c.rope_local_base not in (None, c.rope_base), "RoPE base"),
@@ -107,6 +111,14 @@ def models() -> dict:
     torch.manual_seed(0)
     model = HybridLM(hybrid).double().eval().requires_grad_(False)
     out["qwen3_5"] = (hybrid, model)
+    sparse = SparseMLAConfig(
+        vocab_size=96, hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=4, head_dim=12,
+        intermediate_size=72, rope_base=1e4, rms_norm_eps=1e-6, context_length=64,
+        kv_lora_rank=16, q_lora_rank=24, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8,
+        index_n_heads=2, index_head_dim=8, index_topk=5,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    out["deepseek_v32"] = (sparse, DeepseekV32LM(sparse).double().eval().requires_grad_(False))
     return out
 
 
@@ -191,7 +203,7 @@ def test_streaming(models, name, positions):
         try:
             reference = rolling_losses(model, ids, WINDOW, SINKS, positions)
         except ValueError as error:
-            assert "linear_attention" in options_set(config), error
+            assert {"linear_attention", "indexed_attention"} & set(options_set(config)), error
             assert_refused_by_name(error, config)
             with pytest.raises(ValueError) as refused:
                 masked_losses(model, ids, WINDOW, SINKS, positions)

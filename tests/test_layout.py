@@ -38,6 +38,7 @@ PARTS = [
     "distributed",
     "linear_attention",
     "speech",
+    "sparse_attention",
 ]
 TOOLS = ["exercises", "bench", "data"]
 MAX_EDGES = 2  # other parts a part may import, each declared with its reason

@@ -99,15 +99,20 @@ def check_world_size(config: DecoderConfig, world_size: int) -> None:
     """Raise ValueError unless world_size divides the key/value heads (or, with fewer key/value
     heads than ranks, is a multiple of them and divides the query heads: each key/value head is
     then copied to the ranks of its query heads), the MLP and the vocabulary, and the output
-    head is the embedding, tied. A layer the ranks cannot split (a "linear_attention" layer of
-    `layer_types`) is refused by name."""
+    head is the embedding, tied. A layer the ranks cannot split (a "linear_attention" or an
+    "indexed_attention" layer of `layer_types`) is refused by name."""
     P = check_int(world_size, "world_size", 1)
-    linear = [l for l in range(config.num_layers) if config.layer_type(l) == "linear_attention"]
-    if linear:
-        raise ValueError(
-            f"layer_types[{linear[0]}] = 'linear_attention': tensor parallelism splits softmax "
-            "attention by heads; a gated-DeltaNet layer is not split here"
-        )
+    not_split = {
+        "linear_attention": "a gated-DeltaNet layer",
+        "indexed_attention": "a sparse latent-attention layer (notebook 18's)",
+    }
+    for l in range(config.num_layers):
+        kind = config.layer_type(l)
+        if kind in not_split:
+            raise ValueError(
+                f"layer_types[{l}] = {kind!r}: tensor parallelism splits softmax attention by "
+                f"heads; {not_split[kind]} is not split here"
+            )
     h, h_kv = config.num_heads, config.num_kv_heads
     copied = P > h_kv and P % h_kv == 0  # each key/value head on P / h_kv ranks
     if copied and h % P:

@@ -3,7 +3,9 @@
 Derived in notebook 11. One layer of attention caches, per token,
 - multi-head, grouped-query and multi-query attention: keys and values of the h_kv
   key/value heads, 2·h_kv·d_head numbers (h_kv = h, h/g or 1);
-- multi-head latent attention: one latent and one shared rotated key, r + d_R numbers;
+- multi-head latent attention: one latent and one shared rotated key, r + d_R numbers; with
+  DeepSeek's sparse attention (notebook 18) the indexer's key too, D more numbers (one key per
+  token, shared by the index heads: `index_head_dim`);
 - a sliding window of W tokens: the same per token, but never more than W tokens
   (plus the S sinks a streaming decoder keeps).
 The total for a context of N tokens sums over the layers: N·(per token) for a global layer,
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from .._checks import check_int
 
 __all__ = [
+    "DEEPSEEK_V32",
     "MODELS",
     "CacheConfig",
     "beyond_native",
@@ -39,6 +42,8 @@ __all__ = [
 class CacheConfig:
     """What decides a model's cache. kind: 'kv' (MHA, GQA, MQA by num_kv_heads) or 'mla'.
 
+    index_head_dim: D, the key a sparse-attention indexer caches per token beside MLA's latent
+    (0: no indexer; DeepSeek-V3.2: 128);
     window: the sliding window of the windowed layers (None: every layer global);
     window_layers: how many of the layers are windowed (default all, when window is set);
     native_context: the longest context the published model was trained on (None: unknown),
@@ -54,6 +59,7 @@ class CacheConfig:
     head_dim: int = 0
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
+    index_head_dim: int = 0
     window: int | None = None
     window_layers: int | None = None
     bytes_per_number: int = 2
@@ -70,9 +76,15 @@ class CacheConfig:
 
 
 def cache_numbers_per_token(cfg: CacheConfig) -> int:
-    """Numbers one token adds to ONE layer's cache: 2·h_kv·d_head, or r + d_R for MLA."""
+    """Numbers one token adds to ONE layer's cache: 2·h_kv·d_head, or r + d_R for MLA (+ D, the
+    indexer's key, with sparse attention)."""
     if cfg.kind == "mla":
-        return cfg.kv_lora_rank + cfg.qk_rope_head_dim
+        return cfg.kv_lora_rank + cfg.qk_rope_head_dim + cfg.index_head_dim
+    if cfg.index_head_dim:
+        raise ValueError(
+            f"index_head_dim = {cfg.index_head_dim} with kind {cfg.kind!r}: an indexer's keys sit "
+            "beside an MLA cache (kind 'mla')"
+        )
     if cfg.kind != "kv":
         raise ValueError(f"kind must be 'kv' or 'mla'; got {cfg.kind!r}")
     return 2 * cfg.num_kv_heads * cfg.head_dim
@@ -154,3 +166,13 @@ MODELS: dict[str, CacheConfig] = {
         ),
     )
 }  # fmt: skip  # a table: one model, its sizes on a line
+
+# DeepSeek-V3.2: DeepSeek-V3's MLA and an indexer key of 128 numbers per token and layer, kept
+# out of `MODELS` (notebook 11's bill); notebook 18 adds its row
+DEEPSEEK_V32 = CacheConfig(
+    "DeepSeek-V3.2",
+    "transformers' DeepseekV32Config defaults, DeepSeek-V3.2-Exp's config.json (kv_lora_rank "
+    "512, qk_rope_head_dim 64, index_head_dim 128); context: 128K = 131072, as DeepSeek-V3",
+    61, kind="mla", num_heads=128, kv_lora_rank=512, qk_rope_head_dim=64, index_head_dim=128,
+    native_context=131_072,
+)  # fmt: skip

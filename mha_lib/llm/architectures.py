@@ -3,7 +3,8 @@
 Derived in notebook 15. What each architecture is (the options it sets, where its numbers come
 from, its weights' names) lives in its own file of `mha_lib.models`, and `load_gguf` reads a
 file through them; `differences(config)` describes any configuration, whichever architecture it
-came from (a `HybridConfig`'s linear-attention layers too). Imports the building blocks only.
+came from (a `HybridConfig`'s linear-attention layers and a `SparseMLAConfig`'s indexed layers
+too). Imports the building blocks only.
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ def differences(config: DecoderConfig) -> list[str]:
         out.append(
             f"{linear} of {c.num_layers} layers mix tokens through a gated-DeltaNet state "
             "(linear attention), the others through softmax attention"
+        )
+    if c.layer_types is not None and "indexed_attention" in c.layer_types:
+        indexed = c.layer_types.count("indexed_attention")
+        k = getattr(c, "index_topk", None)
+        keys = "the keys" if k is None else f"the {k} keys"
+        out.append(
+            f"{indexed} of {c.num_layers} layers attend with latent attention to {keys} a "
+            "learned indexer chooses for each query (DeepSeek's sparse attention)"
         )
     if c.layer_types is not None and "sliding_attention" in c.layer_types:
         sliding = c.layer_types.count("sliding_attention")

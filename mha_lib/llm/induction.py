@@ -209,6 +209,12 @@ def _factors(model: DecoderLM, layer: int, head: int, distance: int = 0, sides=(
             f"layer_types[{layer}] = 'linear_attention': a gated-DeltaNet layer has no query-key "
             "scores and no per-head value circuit"
         )
+    if cfg.layer_type(layer) == "indexed_attention":
+        raise ValueError(
+            f"layer_types[{layer}] = 'indexed_attention': a sparse latent-attention layer's "
+            "keys and values are up-projections of a latent, and its indexer's mask is not "
+            "linear: no W_QK or W_OV of this form"
+        )
     block, attn = model.layers[layer], model.layers[layer].self_attn
     for side in sides:
         refuse_nonlinear(attn, side)

@@ -250,14 +250,19 @@ _OPTION_FIELDS = {
 
 
 def _refuse_linear_layers(model: DecoderLM) -> None:
-    """A layer without a rolling cache of keys (a gated-DeltaNet state) is refused by name."""
+    """A layer without a rolling cache of keys (a gated-DeltaNet state; a sparse-attention layer,
+    whose indexer may choose any earlier key) is refused by name."""
     c = model.config
-    linear = [l for l in range(c.num_layers) if c.layer_type(l) == "linear_attention"]
-    if linear:
-        raise ValueError(
-            f"layer_types[{linear[0]}] = 'linear_attention': a state that has summed every "
-            "earlier token has no rolling cache of keys to stream through"
-        )
+    why = {
+        "linear_attention": "a state that has summed every earlier token has no rolling cache "
+        "of keys to stream through",
+        "indexed_attention": "its indexer may choose any earlier key, which a rolling cache "
+        "would have dropped",
+    }
+    for l in range(c.num_layers):
+        kind = c.layer_type(l)
+        if kind in why:
+            raise ValueError(f"layer_types[{l}] = {kind!r}: {why[kind]}")
 
 
 def masked_losses(

@@ -11,7 +11,8 @@ every architecture is read here:
   without a file here, or whose files are not read, is refused by name before anything else;
 - `config_fields_from_hf(config)`: a transformers config -> (its `Architecture`, the fields of
   our config); `config_from_hf` builds the `DecoderConfig` (a hybrid architecture's config is
-  notebook 16's `HybridConfig.from_hf`, which reads the same fields);
+  notebook 16's `HybridConfig.from_hf`, a sparse-MLA one's notebook 18's
+  `SparseMLAConfig.from_hf`, which read the same fields);
 - `layer_weights(config, layer)`, `model_weights(config)`: the `Weight` rows of a model of
   `config`, whatever architecture it came from: the plain Llama's rows, each replaced or joined
   by the rows of the options the config sets (so a configuration no file describes, a Llama
@@ -293,13 +294,17 @@ def config_fields_from_hf(config) -> tuple[Architecture, dict]:
 CONFIG_READERS = {
     "hybrid": ("has linear-attention layers", "mha_lib.linear_attention.HybridConfig.from_hf"),
     "whisper": ("is an encoder-decoder", "mha_lib.speech.WhisperConfig.from_hf"),
+    "sparse_mla": (
+        "attends with sparse latent attention",
+        "mha_lib.sparse_attention.SparseMLAConfig.from_hf",
+    ),
 }
 
 
 def config_from_hf(config) -> DecoderConfig:
     """Our DecoderConfig of a transformers config (see `config_fields_from_hf`). A hybrid
-    architecture (Qwen3.5) or an encoder-decoder (Whisper) is refused, naming the reader that
-    builds its config."""
+    architecture (Qwen3.5), an encoder-decoder (Whisper) or a sparse-MLA decoder (DeepSeek-V3.2)
+    is refused, naming the reader that builds its config."""
     if isinstance(config, dict):
         from types import SimpleNamespace
 

@@ -84,10 +84,13 @@ class Architecture:
     adjacent RoPE pairs (its llama only); model_weights, layer_weights: `Weight` rows
     (linear_weights: the mixer of a "linear_attention" layer, in place of `self_attn.` rows);
     config_class: "decoder" (`DecoderConfig`), "hybrid" (notebook 16's `HybridConfig`, whose
-    linear-attention layers `mha_lib.linear_attention` builds) or "whisper" (notebook 17's
-    encoder-decoder, `mha_lib.speech.WhisperConfig`); encoder_decoder_weights: an
+    linear-attention layers `mha_lib.linear_attention` builds), "whisper" (notebook 17's
+    encoder-decoder, `mha_lib.speech.WhisperConfig`) or "sparse_mla" (notebook 18's
+    `mha_lib.sparse_attention.SparseMLAConfig`, DeepSeek-V3.2); encoder_decoder_weights: an
     encoder-decoder's rows, which are not the decoder's, by where they sit ("model", "encoder
-    layer", "decoder layer"; empty for a decoder); hf_norms_zero_centred: every
+    layer", "decoder layer"; empty for a decoder); attention_weights: the rows of a layer's
+    attention when it is not grouped-query attention, in place of the plain `self_attn.` rows
+    ("sparse_mla": DeepSeek-V3.2's latent attention and its indexer); hf_norms_zero_centred: every
     norm's weight is stored by transformers as w, applied as 1 + w (ours and a GGUF file's
     hold 1 + w); hf_defaults: a config.json's keys transformers fills in when they are absent.
     """
@@ -107,6 +110,7 @@ class Architecture:
     hf_norms_zero_centred: bool = False  # transformers stores w and multiplies by 1 + w
     hf_defaults: dict = field(default_factory=dict)  # a config.json's keys transformers fills
     encoder_decoder_weights: dict = field(default_factory=dict)  # {where: rows}, "whisper" only
+    attention_weights: tuple[Weight, ...] = ()  # an attention not grouped-query's, "sparse_mla"
 
 
 # the weights of options the series adds on its own (no architecture file reads them): a sink

@@ -35,7 +35,9 @@ The seams, so that what builds on the model adds to it and never writes its loop
 - `DecoderConfig.layer_types` names each layer's mixer as transformers does and
   `DecoderLM.new_layer(l)` builds block l: a part that brings another mixer overrides it
   (notebook 16's `mha_lib.linear_attention.HybridLM`, whose gated-DeltaNet layers keep a state
-  in their cache entry instead of keys and values).
+  in their cache entry instead of keys and values; notebook 18's
+  `mha_lib.sparse_attention.DeepseekV32LM`, whose "indexed_attention" layers are latent
+  attention over the keys an indexer chooses).
 
 Other architectures are options of the config, never another loop (notebook 15 derives each):
 - `layer_types`, transformers' name of each layer's attention: "full_attention" (every earlier
@@ -89,9 +91,11 @@ MLP_ACTIVATIONS = {"silu": F.silu, "gelu_tanh": lambda x: F.gelu(x, approximate=
 # ---------------------------------------------------------------------------- configuration
 
 # the token mixers a layer may have, by transformers' names: softmax attention over every
-# earlier token or over the last sliding_window (notebook 15), or a fixed-size state (a
-# gated-DeltaNet layer, `mha_lib.linear_attention`, notebook 16)
-LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention")
+# earlier token or over the last sliding_window (notebook 15), a fixed-size state (a
+# gated-DeltaNet layer, `mha_lib.linear_attention`, notebook 16), or latent attention over the
+# keys a learned indexer chooses (DeepSeek's sparse attention, `mha_lib.sparse_attention`,
+# notebook 18)
+LAYER_TYPES = ("full_attention", "sliding_attention", "linear_attention", "indexed_attention")
 
 
 @dataclass(frozen=True)
@@ -486,12 +490,14 @@ class DecoderLM(nn.Module):
 
     def new_layer(self, layer: int) -> nn.Module:
         """Block `layer`, of the kind the config's layer_types names: softmax attention here; a
-        part with another token mixer overrides this (`mha_lib.linear_attention.HybridLM`)."""
+        part with another token mixer overrides this (`mha_lib.linear_attention.HybridLM`,
+        `mha_lib.sparse_attention.DeepseekV32LM`)."""
         kind = self.config.layer_type(layer)
         if kind not in ("full_attention", "sliding_attention"):
             raise ValueError(
                 f"layer_types[{layer}] = {kind!r}: DecoderLM builds softmax-attention layers only "
-                "(a 'linear_attention' layer needs mha_lib.linear_attention.HybridLM)"
+                "(a 'linear_attention' layer needs mha_lib.linear_attention.HybridLM, an "
+                "'indexed_attention' one mha_lib.sparse_attention.DeepseekV32LM)"
             )
         return DecoderBlock(self.config, self.rope_interleaved, layer=layer)
 

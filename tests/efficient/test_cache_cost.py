@@ -76,3 +76,16 @@ def test_a_decoders_configuration_is_priced_as_its_cache_holds():
     cfg = cache_config(TINY)  # 2 layers, 3 key/value heads of 8, float32
     assert (cfg.attention, cache_numbers_per_token(cfg)) == ("GQA", 2 * 3 * 8)
     assert DecoderLM(TINY).new_cache(2, 10).nbytes == cache_bytes(cfg, 10, batch=2)
+
+
+def test_a_sparse_attention_indexer_adds_its_key_to_the_mla_bill():
+    """DeepSeek-V3.2 caches the indexer's key (D = 128) beside MLA's 512 + 64 numbers; it is kept
+    out of notebook 11's table, and an indexer key without MLA is refused by name."""
+    from mha_lib.efficient.cache_cost import DEEPSEEK_V32
+
+    assert cache_numbers_per_token(DEEPSEEK_V32) == 512 + 64 + 128
+    v3 = MODELS["DeepSeek-V3"]
+    assert cache_bytes(DEEPSEEK_V32, 4096) == cache_bytes(v3, 4096) * 704 // 576
+    assert DEEPSEEK_V32.name not in MODELS and DEEPSEEK_V32.attention == "MLA"
+    with pytest.raises(ValueError, match=r"index_head_dim = 8 with kind 'kv'"):
+        cache_numbers_per_token(CacheConfig("t", "test", 1, num_kv_heads=1, index_head_dim=8))

@@ -18,7 +18,7 @@ def test_every_file_of_the_package_is_one_architecture():
 
     files = {p.stem for p in Path(models.__file__).parent.glob("*.py")}
     files -= {"__init__", "read", "spec"}
-    assert len(ARCHITECTURES) == len(files) == 7
+    assert len(ARCHITECTURES) == len(files) == 8
     for stem in files:
         module = __import__(f"mha_lib.models.{stem}", fromlist=["ARCHITECTURE"])
         arch = module.ARCHITECTURE
@@ -31,6 +31,9 @@ def test_every_file_of_the_package_is_one_architecture():
         from mha_lib.speech.model import WhisperConfig
 
         names |= {f.name for f in __import__("dataclasses").fields(WhisperConfig)}
+        from mha_lib.sparse_attention import SparseMLAConfig
+
+        names |= {f.name for f in __import__("dataclasses").fields(SparseMLAConfig)}
         assert set(arch.options) <= names, stem  # each option is a field of the config
         assert all(isinstance(v, str) and v for v in arch.options.values())
 

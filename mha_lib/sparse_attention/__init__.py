@@ -1,0 +1,39 @@
+"""Choosing keys: DeepSeek's sparse attention, a learned mask on notebook 11's latent attention.
+
+Serves notebook 18. Read first: `indexer`, from `LightningIndexer` (the index scores
+Σ_h w_h · ReLU(q_h · k), one key per token shared by the index heads) to `causal_topk` (each
+query's best k earlier keys as a "may attend" mask); then `sparse_mla`, notebook 11's
+`MultiHeadLatentAttention` masked by that choice, and DeepSeek-V3.2's decoder around it on the
+series' `DecoderLM`. This package imports torch, so it is imported explicitly
+(`from mha_lib.sparse_attention import DeepseekV32LM`); `import mha_lib` stays numpy-only.
+
+A module per idea:
+- `indexer`: `LightningIndexer`, equal to transformers' `DeepseekV32Indexer` (its projections,
+  the key's LayerNorm, RoPE on the first d_R numbers in half-split pairs, the weights' 1/√H),
+  its key cache `IndexerCache` (D numbers per token beside MLA's r + d_R:
+  `indexer_numbers_per_token`), `causal_topk` (indices (B, N, k) and the mask (B, N, M));
+- `sparse_mla`: `SparseMLA` (MLA with the indexer's mask) and its cache `SparseMLACache` (MLA's
+  latents and the indexer's keys); `SparseMLAConfig`; `DeepseekV32LM`, equal to transformers'
+  `DeepseekV32ForCausalLM` with dense MLP layers (`from_hf`), whose `topk_indices(ids, layer)`
+  gives the keys each query chose, and whose `generate` is the series' (`mha_lib.nn.generate`).
+
+Edges: `efficient` the sparse layer is notebook 11's `MultiHeadLatentAttention` with its latent
+cache and its YaRN (`efficient.mla`).
+
+Notation: x (B, N, C); M keys (N, or the cached tokens and the new ones); H index heads of D,
+k = index_topk; MLA's r (kv_lora_rank), r_q (q_lora_rank), d_N, d_R, d_V.
+"""
+
+from .indexer import IndexerCache, LightningIndexer, causal_topk, indexer_numbers_per_token
+from .sparse_mla import DeepseekV32LM, SparseMLA, SparseMLACache, SparseMLAConfig
+
+__all__ = [
+    "DeepseekV32LM",
+    "IndexerCache",
+    "LightningIndexer",
+    "SparseMLA",
+    "SparseMLACache",
+    "SparseMLAConfig",
+    "causal_topk",
+    "indexer_numbers_per_token",
+]
