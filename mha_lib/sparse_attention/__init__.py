@@ -4,8 +4,9 @@ Serves notebook 18. Read first: `indexer`, from `LightningIndexer` (the index sc
 Σ_h w_h · ReLU(q_h · k), one key per token shared by the index heads) to `causal_topk` (each
 query's best k earlier keys as a "may attend" mask); then `sparse_mla`, notebook 11's
 `MultiHeadLatentAttention` masked by that choice, and DeepSeek-V3.2's decoder around it on the
-series' `DecoderLM`. This package imports torch, so it is imported explicitly
-(`from mha_lib.sparse_attention import DeepseekV32LM`); `import mha_lib` stays numpy-only.
+series' `DecoderLM`; then `nsa`, Native Sparse Attention's three gated branches. This package
+imports torch, so it is imported explicitly (`from mha_lib.sparse_attention import
+DeepseekV32LM`); `import mha_lib` stays numpy-only.
 
 A module per idea:
 - `indexer`: `LightningIndexer`, equal to transformers' `DeepseekV32Indexer` (its projections,
@@ -15,16 +16,33 @@ A module per idea:
 - `sparse_mla`: `SparseMLA` (MLA with the indexer's mask) and its cache `SparseMLACache` (MLA's
   latents and the indexer's keys); `SparseMLAConfig`; `DeepseekV32LM`, equal to transformers'
   `DeepseekV32ForCausalLM` with dense MLP layers (`from_hf`), whose `topk_indices(ids, layer)`
-  gives the keys each query chose, and whose `generate` is the series' (`mha_lib.nn.generate`).
+  gives the keys each query chose, and whose `generate` is the series' (`mha_lib.nn.generate`);
+- `nsa`: Native Sparse Attention, sparse attention by blocks rather than keys: three causal
+  branches per query (attention over mean-pooled blocks of l tokens every d, over the n blocks
+  of l' tokens those blocks' attention ranks highest, a GQA group sharing the choice, and over a
+  sliding window), mixed by per-head sigmoid gates (`nsa_attention`), each branch a function
+  (`compress`, `compressed_attention`, `select_blocks`, `selected_attention`,
+  `window_attention`), equal to fla-core's pure-torch reference.
 
 Edges: `efficient` the sparse layer is notebook 11's `MultiHeadLatentAttention` with its latent
 cache and its YaRN (`efficient.mla`).
 
 Notation: x (B, N, C); M keys (N, or the cached tokens and the new ones); H index heads of D,
-k = index_topk; MLA's r (kv_lora_rank), r_q (q_lora_rank), d_N, d_R, d_V.
+k = index_topk; MLA's r (kv_lora_rank), r_q (q_lora_rank), d_N, d_R, d_V. NSA's q (B, h, N, d_k)
+and k, v (B, h_kv, N, ·), blocks of l = block tokens every d = stride compressed, blocks of
+l' = block_size tokens selected, n = n_selected of them, a window of w = window keys.
 """
 
 from .indexer import IndexerCache, LightningIndexer, causal_topk, indexer_numbers_per_token
+from .nsa import (
+    compress,
+    compressed_attention,
+    nsa_attention,
+    nsa_branches,
+    select_blocks,
+    selected_attention,
+    window_attention,
+)
 from .sparse_mla import DeepseekV32LM, SparseMLA, SparseMLACache, SparseMLAConfig
 
 __all__ = [
@@ -35,5 +53,12 @@ __all__ = [
     "SparseMLACache",
     "SparseMLAConfig",
     "causal_topk",
+    "compress",
+    "compressed_attention",
     "indexer_numbers_per_token",
+    "nsa_attention",
+    "nsa_branches",
+    "select_blocks",
+    "selected_attention",
+    "window_attention",
 ]
