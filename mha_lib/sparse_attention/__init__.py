@@ -22,7 +22,8 @@ A module per idea:
   of l' tokens those blocks' attention ranks highest, a GQA group sharing the choice, and over a
   sliding window), mixed by per-head sigmoid gates (`nsa_attention`), each branch a function
   (`compress`, `compressed_attention`, `select_blocks`, `selected_attention`,
-  `window_attention`), equal to fla-core's pure-torch reference.
+  `window_attention`), equal to fla-core's pure-torch reference; `NativeSparseAttention`, the
+  layer with its projections and gates.
 
 Edges: `efficient` the sparse layer is notebook 11's `MultiHeadLatentAttention` with its latent
 cache and its YaRN (`efficient.mla`).
@@ -35,6 +36,7 @@ l' = block_size tokens selected, n = n_selected of them, a window of w = window 
 
 from .indexer import IndexerCache, LightningIndexer, causal_topk, indexer_numbers_per_token
 from .nsa import (
+    NativeSparseAttention,
     compress,
     compressed_attention,
     nsa_attention,
@@ -49,6 +51,7 @@ __all__ = [
     "DeepseekV32LM",
     "IndexerCache",
     "LightningIndexer",
+    "NativeSparseAttention",
     "SparseMLA",
     "SparseMLACache",
     "SparseMLAConfig",

@@ -40,18 +40,22 @@ What it holds:
   (B, h_kv, N, n), in block order, -1 where fewer may be chosen, and the "may attend" mask of
   their tokens (B, h_kv, N, N);
 - `selected_attention(q, k, v, indices, block_size)`, `window_attention(q, k, v, window)`;
-- `nsa_branches(...)`: the three outputs and the indices; `nsa_attention(...)`: their gated sum.
+- `nsa_branches(...)`: the three outputs and the indices; `nsa_attention(...)`: their gated sum;
+- `NativeSparseAttention`: the layer, x (B, N, C) -> (B, N, C): projections to q, k, v (GQA),
+  the gates σ(x W_g + b_g) (B, h, N, 3), `nsa_attention`, the output projection. One set of keys
+  and values serves the three branches, as in fla (the paper gives each branch its own).
 """
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .._checks import check_int
 from ..nn.masks import bottom_right_window_tensor
 
 __all__ = [
+    "NativeSparseAttention",
     "compress",
     "compressed_attention",
     "nsa_attention",
@@ -126,14 +130,16 @@ def _attend(
 ) -> tuple[Tensor, Tensor]:
     """Masked attention with GQA: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v),
     allowed (B or 1, h or h_kv or 1, N, M) True = may attend. Returns the output (B, h, N, d_v)
-    and the probabilities (B, h, N, M); a row with no allowed key is all zeros."""
+    and the probabilities (B, h, N, M); a row with no allowed key is all zeros (and passes no
+    NaN back to the gradients, as a softmax over nothing but -inf would)."""
     G = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1)  # (B, h, M, ·)
     if allowed.shape[1] not in (1, q.shape[1]):
         allowed = allowed.repeat_interleave(G, dim=1)  # (B, h, N, M)
+    seen = allowed.any(-1, keepdim=True)  # (B, h, N, 1): a row with a key to see
     scores = (q @ k.transpose(-1, -2)) * scale  # (B, h, N, M)
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # (B, h, N, M): 0 where none is seen
+    scores = scores.masked_fill(~allowed, float("-inf")).masked_fill(~seen, 0.0)
+    probs = torch.softmax(scores, dim=-1) * seen  # (B, h, N, M): 0 where none is seen
     return probs @ v, probs  # (B, h, N, d_v), (B, h, N, M)
 
 
@@ -233,8 +239,7 @@ def select_blocks(
     scale = _scale(scale, q.shape[-1])
     N_c = k_cmp.shape[2]
     visible = _compressed_visible(N, N_c, block, stride, q.device)  # (N, N_c)
-    scores = (q @ k_cmp.repeat_interleave(h // h_kv, dim=1).transpose(-1, -2)) * scale
-    probs = scores.masked_fill(~visible, float("-inf")).softmax(-1).nan_to_num(0.0)  # (B,h,N,N_c)
+    _, probs = _attend(q, k_cmp, k_cmp, visible[None, None], scale)  # (B, h, N, N_c)
     probs = probs.view(B, h_kv, h // h_kv, N, N_c).mean(2)  # (B, h_kv, N, N_c): one per group
     n_blocks = -(-N // block_size)
     weights = _overlaps(n_blocks, N_c, block, stride, block_size, q.device).to(probs.dtype)
@@ -358,3 +363,65 @@ def nsa_attention(
         + g[..., 1, :] * out["selected"]
         + g[..., 2, :] * out["window"]
     )
+
+
+class NativeSparseAttention(nn.Module):
+    """NSA as a layer: x (B, N, C) -> (B, N, C), causal, no positions of its own.
+
+    q_proj (C -> h·d_k), k_proj (C -> h_kv·d_k), v_proj (C -> h_kv·d_v), gate_proj (C -> h·3,
+    with a bias: the gates σ(x W_g + b_g), per query, head and branch), out_proj (h·d_v -> C);
+    nn.Linear layouts (out, in). The branches' sizes as `nsa_branches`.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        num_kv_heads: int,
+        d_k: int,
+        d_v: int,
+        block: int,
+        stride: int,
+        block_size: int,
+        n_selected: int,
+        window: int,
+    ) -> None:
+        super().__init__()
+        C = check_int(d_model, "d_model", 1)
+        h, h_kv = check_int(num_heads, "num_heads", 1), check_int(num_kv_heads, "num_kv_heads", 1)
+        if h % h_kv:
+            raise ValueError(
+                f"num_kv_heads = {h_kv}; expected a divisor of num_heads = {h} (GQA groups)"
+            )
+        d_k, d_v = check_int(d_k, "d_k", 1), check_int(d_v, "d_v", 1)
+        _check_blocks(block, stride)
+        check_int(block_size, "block_size", 1)
+        check_int(n_selected, "n_selected", 3)
+        check_int(window, "window", 1)
+        self.d_model, self.num_heads, self.num_kv_heads, self.d_k, self.d_v = C, h, h_kv, d_k, d_v
+        self.sizes = dict(
+            block=block, stride=stride, block_size=block_size, n_selected=n_selected, window=window
+        )
+        self.q_proj = nn.Linear(C, h * d_k, bias=False)
+        self.k_proj = nn.Linear(C, h_kv * d_k, bias=False)
+        self.v_proj = nn.Linear(C, h_kv * d_v, bias=False)
+        self.gate_proj = nn.Linear(C, h * 3)
+        self.out_proj = nn.Linear(h * d_v, C, bias=False)
+
+    def heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """q (B, h, N, d_k), k (B, h_kv, N, d_k), v (B, h_kv, N, d_v), gates (B, h, N, 3)."""
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x has shape {_shape(x)}; expected (B, N, C) with C = {self.d_model}")
+        B, N, _ = x.shape
+        h, h_kv = self.num_heads, self.num_kv_heads
+        q = self.q_proj(x).view(B, N, h, self.d_k).transpose(1, 2)  # (B, h, N, d_k)
+        k = self.k_proj(x).view(B, N, h_kv, self.d_k).transpose(1, 2)  # (B, h_kv, N, d_k)
+        v = self.v_proj(x).view(B, N, h_kv, self.d_v).transpose(1, 2)  # (B, h_kv, N, d_v)
+        gates = torch.sigmoid(self.gate_proj(x)).view(B, N, h, 3).transpose(1, 2)  # (B, h, N, 3)
+        return q, k, v, gates
+
+    def forward(self, x: Tensor) -> Tensor:
+        q, k, v, gates = self.heads(x)
+        out = nsa_attention(q, k, v, gates, **self.sizes)  # (B, h, N, d_v)
+        B, _, N, _ = out.shape
+        return self.out_proj(out.transpose(1, 2).reshape(B, N, -1))  # (B, N, C)

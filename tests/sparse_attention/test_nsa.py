@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from mha_lib.nn.masks import leaks_future
 from mha_lib.sparse_attention.nsa import (
+    NativeSparseAttention,
     compress,
     compressed_attention,
     nsa_attention,
@@ -284,6 +285,41 @@ def test_nsa_is_the_gated_sum_of_its_branches_and_causal():
     assert not leaks_future(attend, x)
 
 
+def test_a_query_before_every_whole_block_takes_only_the_forced_blocks():
+    q, k, v = random_qkv(7, N=3)
+    k_cmp, _ = compress(k, v, 4, 2)  # N = 3 < l = 4: no whole block
+    assert k_cmp.shape[2] == 0
+    indices, allowed = select_blocks(q, k_cmp, 4, 2, 2, 3)  # blocks {0, 1} of l' = 2
+    assert indices[0, 0].tolist() == [[0, -1], [0, -1], [0, 1]]
+    assert torch.equal(allowed[0, 0], torch.ones(3, 3, dtype=torch.bool).tril())
+
+
+def layer(seed=8):
+    torch.manual_seed(seed)
+    sizes = dict(block=4, stride=2, block_size=4, n_selected=3, window=3)
+    return NativeSparseAttention(7, 4, 2, 5, 3, **sizes).double()
+
+
+def test_the_layer_is_nsa_on_its_projections_and_causal():
+    nsa = layer()
+    x = torch.randn(2, 13, 7, dtype=torch.float64)
+    q, k, v, gates = nsa.heads(x)
+    assert gates.shape == (2, 4, 13, 3) and ((gates > 0) & (gates < 1)).all()
+    out = nsa_attention(q, k, v, gates, **nsa.sizes).transpose(1, 2).reshape(2, 13, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(nsa(x), nsa.out_proj(out))
+        assert not leaks_future(nsa, x)
+
+
+def test_the_layer_learns_every_weight_with_finite_gradients():
+    nsa = layer()
+    x = torch.randn(2, 13, 7, dtype=torch.float64)  # queries 0..2 see no compressed block
+    nsa(x).square().sum().backward()
+    for name, p in nsa.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().sum() > 0, name
+
+
 def test_float32_and_float64_agree():
     q, k, v = random_qkv(5)
     gates = torch.full((2, 4, 15, 3), 0.5, dtype=torch.float64)
@@ -371,6 +407,16 @@ BAD = [
         lambda: nsa_attention(Q, K, V, GATES[..., :2], **NSA),
         ValueError,
         "gates has shape (2, 4, 15, 2); expected (B, h, N, 3)",
+    ),
+    (
+        lambda: layer()(torch.randn(2, 13, 6)),
+        ValueError,
+        "x has shape (2, 13, 6); expected (B, N, C)",
+    ),
+    (
+        lambda: NativeSparseAttention(7, 4, 3, 5, 3, 4, 2, 4, 3, 3),
+        ValueError,
+        "num_kv_heads = 3; expected a divisor of num_heads = 4",
     ),
     (
         lambda: nsa_attention(Q, K, V, GATES * 4, **NSA),
