@@ -9,8 +9,9 @@ keys before it, each a causal attention of its own, and adds their outputs:
   is in its past, j·d + l - 1 ≤ t (`compressed_attention`);
 - **selected**: the tokens of n blocks of l' tokens, the blocks chosen by the compressed branch's
   attention probabilities (`select_blocks`): each selection block scores the probabilities of
-  the compressed blocks it overlaps, in proportion to the tokens they share (the paper's Eq. 9;
-  with l = d = l' a block's score is its compressed block's probability), the scores averaged
+  the compressed blocks it overlaps, in proportion to the tokens they share (the paper's Eq. 9
+  sums them over the stride-d pieces the two blocks share, the same count when d divides l and
+  l'; with l = d = l' a block's score is its compressed block's probability), the scores averaged
   over the query heads of a GQA group so that a group shares its choice (one set of blocks per
   key/value head, the unit a kernel loads), and the first block, the query's own block and the
   one before it always chosen. Query t attends to the chosen blocks' tokens s ≤ t

@@ -166,9 +166,10 @@ def test_compress_is_the_mean_of_each_whole_block(N, block, stride):
 
 
 def eq9_choice(q, k_cmp, block, stride, block_size, n):
-    """The choice as the paper writes it, one query at a time: p_slc[i] = Σ_m Σ_n
-    p_cmp[(l'/d)·i + m - n], m < l'/d, n < l/d (every stride-d piece of selection block i, in
-    each compressed block that holds it), averaged over the group's heads."""
+    """The choice as the paper's Eq. 9 counts it, one query at a time, over stride-d pieces:
+    p_slc[i] = Σ_m Σ_n p_cmp[(l'/d)·i + m - n], m < l'/d, n < l/d (piece m of selection block
+    i lies in compressed block (l'/d)·i + m - n, the n-th piece of that block), p_cmp averaged
+    over the group's heads; the first, previous and own block always in."""
     B, h, N, d_k = q.shape
     h_kv, N_c = k_cmp.shape[1], k_cmp.shape[2]
     G, n_blocks = h // h_kv, -(-N // block_size)
