@@ -46,13 +46,15 @@ REFERENCE_FILE = Path(str(resources.files("mha_lib") / "data" / "nsa_reference.j
 MADE_BY = "python -m tests.sparse_attention.fla_nsa /tmp/fla_src"
 
 # Odd sizes, GQA (G = h / h_kv query heads per group), B = 2 once, blocks of l = d = l' (fla's
-# NSA), N not a multiple of the block, n_selected below and above the number of blocks. "full":
-# naive_nsa (its GQA must have G >= 16, a power of 2).
+# NSA), N not a multiple of the block, n_selected below and above the number of blocks, 16
+# blocks once ("long": many choices made on merit, not forced). "full": naive_nsa (its GQA must
+# have G >= 16, a power of 2).
 CASES = [
     dict(name="gqa2", seed=0, B=1, N=13, h=4, h_kv=2, d_k=5, d_v=3, block=3, n_selected=3),
     dict(name="gqa3", seed=1, B=2, N=11, h=3, h_kv=1, d_k=4, d_v=2, block=4, n_selected=4),
     dict(name="mha", seed=2, B=1, N=11, h=3, h_kv=3, d_k=6, d_v=2, block=2, n_selected=5),
     dict(name="many", seed=3, B=1, N=9, h=2, h_kv=1, d_k=3, d_v=2, block=2, n_selected=9),
+    dict(name="long", seed=5, B=1, N=31, h=2, h_kv=1, d_k=4, d_v=2, block=2, n_selected=6),
     dict(name="full", seed=4, B=1, N=9, h=16, h_kv=1, d_k=4, d_v=2, block=2, n_selected=3),
 ]
 
