@@ -60,7 +60,7 @@ tools:
   on notebook 11's latent attention, its key cache, and DeepSeek-V3.2's decoder (dense layers)
   on the series' decoder, checked against transformers (notebook 18).
 And the tools: `exercises` (the checkers), `bench` (`python -m mha_lib.bench
-numpy|torch|efficient|triton|rope|mla|llm|whisper|deltanet|binder`), `data` (cached sweeps,
+numpy|torch|efficient|triton|rope|mla|llm|whisper|deltanet|sparse|binder`), `data` (cached sweeps,
 read with `importlib.resources`).
 
 `import mha_lib` imports numpy only, so the numpy notebooks start quickly.

@@ -362,3 +362,58 @@ def test_deltanet_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
         line.startswith("| step by step at h = 1, d = 2 (per-call overhead) |") for line in lines
     )
     assert lines[-3].startswith("| 64 |") and "per-call overhead" in lines[-1]
+
+
+def test_sparse_benchmark_runs_on_tiny_sizes(tmp_path, capsys):
+    """--tiny: N below and above k, the gathered and mask paths checked equal before timing,
+    every time positive, and --markdown prints docs/benchmarks.md's tables from the JSON."""
+    pytest.importorskip("torch")
+    path = tmp_path / "sparse.json"
+    cmd = [sys.executable, "-m", "mha_lib.bench", "sparse", "--tiny", "--repeats", "1"]
+    cmd += ["--threads", "1", "--json", str(path)]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "gathered and mask paths agree at every N" in result.stdout
+    numbers = json.loads(path.read_text())
+    assert numbers["tiny"] and numbers["sizes"]["topk"] == 8
+    for part in ("prefill", "decode"):
+        rows = numbers[part]
+        assert [r["N"] for r in rows] == [6, 20]  # below and above k = 8
+        assert all(r["gathered_vs_mask_difference"] < 1e-4 for r in rows)
+        for r in rows:
+            assert all(r[f"{name}_ms"] > 0 for name in ("dense", "indexer", "mask", "gathered"))
+            assert 0 < r["indexer_share_gathered"] < 1
+    assert main(["sparse", "--markdown", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| prefill, N tokens (B = 2, h = 2, d = 8, H = 2, D = 8, k = 8, ")
+    assert lines[2].startswith("| 6 | ") and lines[3].startswith("| 20 | ")
+    assert lines[-2].startswith("Prefill: indexer + gathered keys is faster than dense")
+    assert lines[-1].startswith("Decoding: indexer + gathered keys is faster than dense")
+
+
+def test_sparse_benchmark_stops_where_the_two_paths_differ(monkeypatch, capsys):
+    """The check before the timing: attention over the gathered keys that is not the mask path's
+    is printed and stops the benchmark with status 1."""
+    pytest.importorskip("torch")
+    from mha_lib.bench import sparse
+
+    right = sparse.gathered_attention
+    monkeypatch.setattr(sparse, "gathered_attention", lambda *a: right(*a) * 1.01)
+    with pytest.raises(SystemExit) as stop:
+        main(["sparse", "--tiny", "--repeats", "1"])
+    assert stop.value.code == 1
+    assert "attention over the gathered keys differs from the mask path" in capsys.readouterr().out
+
+
+def test_sparse_benchmark_says_from_which_n_sparse_wins():
+    """The smallest N from which sparse is faster at every larger N measured, else None."""
+    pytest.importorskip("torch")
+    from mha_lib.bench.sparse import wins_from
+
+    def rows(*ratios):
+        return [{"N": 2**i, "r": r} for i, r in enumerate(ratios)]
+
+    assert wins_from(rows(0.5, 0.9, 1.2, 1.5), "r") == 4
+    assert wins_from(rows(0.5, 1.1, 0.9, 1.5), "r") == 8  # a win that did not last is not it
+    assert wins_from(rows(0.5, 0.9, 1.0), "r") is None
+    assert wins_from(rows(1.2, 1.3), "r") == 1

@@ -7,11 +7,13 @@
     python -m mha_lib.bench rope    # rope vs transformers' apply_rotary_pos_emb (notebook 10)
     python -m mha_lib.bench deltanet  # the gated delta rule: chunked, step by step (notebook 16)
     python -m mha_lib.bench whisper  # Whisper base vs transformers' generate (notebook 17)
+    python -m mha_lib.bench sparse  # top-k attention vs dense SDPA at growing N (notebook 18)
 
 - `timing`: interleaved repeats and medians, shared by all of them;
 - `memory`: peak memory growth of one pass in a fresh process (imports torch);
-- `numpy_mha`, `torch_mha`, `efficient`, `triton`, `rope`, `deltanet`, `whisper`: one benchmark
-  each (all but the first import torch; `triton` also triton; `whisper` also transformers).
+- `numpy_mha`, `torch_mha`, `efficient`, `triton`, `rope`, `deltanet`, `whisper`, `sparse`: one
+  benchmark each (all but the first import torch; `triton` also triton; `whisper` also
+  transformers).
 
 Importing this package imports neither numpy's benchmark nor torch; the entry
 point (`__main__`) imports only the benchmark it is asked for.

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "llm": ("llm", "notebook 12's decoder vs transformers: loading, prefill, decoding (CPU)"),
     "whisper": ("whisper", "notebook 17's Whisper base vs transformers: load, encode, transcribe"),
     "deltanet": ("deltanet", "notebook 16's gated delta rule: chunked, step by step, decoding"),
+    "sparse": ("sparse", "notebook 18's top-k attention (the indexer's keys) vs dense SDPA"),
     "binder": ("binder", "the series walked with every kernel alive: memory per kernel (Linux)"),
 }
 
