@@ -33,8 +33,7 @@ def word_starts(tokenizer, tokens, cross, heads, num_frames: int) -> np.ndarray:
     """(W,) seconds: where each word starts. cross: each layer's (1, h, T + 1, S) of the
     queries that predict the T tokens and the end (`Transcript.cross_attentions`)."""
     starts, _ = token_spans(cross, heads, num_frames)  # (T,)
-    firsts = [i for i, t in enumerate(tokens) if i == 0 or tokenizer.token(t).startswith(" ")]
-    return np.asarray([starts[i] for i in firsts], dtype=np.float64)
+    return np.asarray([starts[g[0]] for g in tokenizer.word_groups(tokens)], dtype=np.float64)
 
 
 def start_error(starts, reference) -> float:

@@ -5,8 +5,8 @@ Derived in notebook 17. Whisper's decoder is told what to do by four tokens befo
 <|startoftranscript|>, the language (<|en|>), the task (<|transcribe|>) and
 <|notimestamps|>; it stops with <|endoftext|>. `WhisperTokenizer(path)`: `encode(text)`,
 `decode(ids)` (special tokens left out), `token(id)` (one token's text, its leading space kept:
-a token that starts a word starts with a space), `id(name)`, `prefix(language)` (the four
-tokens), `eot`.
+a token that starts a word starts with a space), `word_groups(ids)` (each word's tokens),
+`id(name)`, `prefix(language)` (the four tokens), `eot`.
 
 The packaged tokenizer.json lacks BPE's first merge ("Ġ t" -> "Ġt", id 256: its list has
 49,999 merges where GPT-2's has 50,000, the first line of merges.txt lost), so " to" would
@@ -63,6 +63,16 @@ class WhisperTokenizer:
         """One token's text (its leading space kept; a piece of a UTF-8 character may show as
         the replacement character)."""
         return self._tok.decode([int(i)], skip_special_tokens=False)
+
+    def word_groups(self, ids) -> list[list[int]]:
+        """The positions in ids of each word's tokens: a word starts at a token whose text
+        starts with a space (or at the first token) and runs to the next."""
+        groups: list[list[int]] = []
+        for i, t in enumerate(ids):
+            if not groups or self.token(t).startswith(" "):
+                groups.append([])
+            groups[-1].append(i)
+        return groups
 
     def __len__(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)

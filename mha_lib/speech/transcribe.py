@@ -175,16 +175,11 @@ def audio_frames(audio) -> int:
 def _words(tokenizer, tokens, starts, ends):
     """(word, start, end): a word is the tokens from one whose text starts with a space (or the
     first) to the next; it starts where its first token starts and ends where its last ends."""
-    groups = []
-    for i, t in enumerate(tokens):
-        if not groups or tokenizer.token(t).startswith(" "):
-            groups.append([])
-        groups[-1].append(i)
     return [
         (
             tokenizer.decode([tokens[i] for i in g]).strip(),
             round(float(starts[g[0]]), 2),
             round(float(ends[g[-1]]), 2),
         )
-        for g in groups
+        for g in tokenizer.word_groups(tokens)
     ]

@@ -52,6 +52,11 @@ class Words:
     def token(self, i):
         return " w" if i % 2 else "x"
 
+    def word_groups(self, ids):
+        from mha_lib.speech.tokenizer import WhisperTokenizer
+
+        return WhisperTokenizer.word_groups(self, ids)
+
 
 def test_word_starts_are_the_starts_of_each_words_first_token():
     g = torch.Generator().manual_seed(2)
