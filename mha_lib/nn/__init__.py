@@ -41,7 +41,8 @@ Capturing what a model computes, one rule for the whole library:
   rotated q, k, v by `DecoderAttention.qkv(x, positions)` (`llm.induction.swapped_stripe`), an
   encoder layer's q and k by `MultiHeadAttention.project(x)`
   (`pretrained.roles.positional_scores`), the residual stream after the last layer by
-  `DecoderLM.hidden_states` (the one-pass losses, `llm.streaming.token_losses`).
+  `DecoderLM.hidden_states` (the one-pass losses, `llm.streaming.token_losses`), one layer's
+  index scores by a forward hook on its indexer (`sparse_attention.DeepseekV32LM.topk_indices`).
 `tests/nn/test_capture.py` reads the library's source for both.
 
 Notation: q (B, h, N, d_k), k (B, h_kv, M, d_k), v (B, h_kv, M, d_v);

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = sorted((ROOT / "mha_lib").rglob("*.py"))
 
 # the modules the rule names for forward hooks
-HOOKS = {"mha_lib/llm/sinks.py"}
+HOOKS = {"mha_lib/llm/sinks.py", "mha_lib/sparse_attention/sparse_mla.py"}
 # private by name only: the standard library's documented `os._exit` (a child process ends)
 PUBLIC = {"os._exit"}
 
@@ -87,6 +87,16 @@ def test_forward_hooks_only_where_the_rule_names_them():
         ("llm.induction.swapped_stripe", "llm.induction:swapped_stripe", ".qkv("),
         ("pretrained.roles.positional_scores", "pretrained.roles:positional_scores", ".project("),
         ("llm.streaming.token_losses", "llm.streaming:token_losses", ".hidden_states("),
+        (
+            "sparse_attention.DeepseekV32LM.topk_indices",
+            "sparse_attention.sparse_mla:DeepseekV32LM.topk_indices",
+            "register_forward_hook(",
+        ),
+        (
+            "sparse_attention.DeepseekV32LM.topk_indices",
+            "sparse_attention.sparse_mla:DeepseekV32LM.topk_indices",
+            ".remove()",
+        ),
     ],
 )
 def test_each_place_the_rule_names_does_what_it_says(named, where, what):
