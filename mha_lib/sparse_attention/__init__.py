@@ -13,6 +13,9 @@ A module per idea:
   the key's LayerNorm, RoPE on the first d_R numbers in half-split pairs, the weights' 1/√H),
   its key cache `IndexerCache` (D numbers per token beside MLA's r + d_R:
   `indexer_numbers_per_token`), `causal_topk` (indices (B, N, k) and the mask (B, N, M));
+- `fp8`: the indexer's precision, `hadamard` (an orthogonal rotation: no score changes), `e4m3`
+  (FP8 rounding with a scale per row) and `topk_changes` (how many top-k sets a change of
+  precision changes);
 - `sparse_mla`: `SparseMLA` (MLA with the indexer's mask) and its cache `SparseMLACache` (MLA's
   latents and the indexer's keys); `SparseMLAConfig`; `DeepseekV32LM`, equal to transformers'
   `DeepseekV32ForCausalLM` with dense MLP layers (`from_hf`), whose `topk_indices(ids, layer)`
