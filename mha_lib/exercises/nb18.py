@@ -269,7 +269,7 @@ def _named_elsewhere(fn, seed: int, problem: str) -> str | None:
     if not problem.startswith(GENERIC[0]):
         return None
     others = [_score_inputs(other) for other in range(len(SCORE_CASES)) if other != seed]
-    for args in [*others, _score_inputs(3, SQUARE)]:
+    for args in [*others, _score_inputs(len(SCORE_CASES), SQUARE)]:
         named, _ = _judge_scores(fn, args)
         if named is not None and not named.startswith(GENERIC):
             n, m, _, _ = SCORE_CASES[seed]

@@ -16,6 +16,7 @@ from mha_lib.exercises.nb18 import (
     CACHE_CASES,
     MASK_CASES,
     SCORE_CASES,
+    SQUARE,
     _cache_mistakes,
     _mask_inputs,
     _mask_mistakes,
@@ -218,7 +219,8 @@ def test_index_scores_names_the_mistake(capsys, fn, words):
 def test_every_index_scores_mistake_is_its_own_and_not_the_answer():
     """On each of the checker's cases, every catalogued mistake of the right shape differs from
     the right scores and from every other mistake, so each is named by its own message; the
-    sizes differ within each case, and one case has more queries than keys."""
+    sizes differ within each case, and one case has more queries than keys. On the square probe
+    (n = m) that names an answer which raised on the cases, weighting by w[s] is its own."""
     assert any(n > m for n, m, _, _ in SCORE_CASES) and any(n < m for n, m, _, _ in SCORE_CASES)
     for seed, sizes in enumerate(SCORE_CASES):
         assert len(set(sizes)) == 4, sizes
@@ -227,6 +229,11 @@ def test_every_index_scores_mistake_is_its_own_and_not_the_answer():
         assert len(rows) >= 9
         for (a, va), (b, vb) in itertools.combinations(rows, 2):
             assert not np.allclose(va, vb, rtol=1e-4, atol=1e-4), (seed, a, b)
+    args = _score_inputs(len(SCORE_CASES), SQUARE)  # the probe: w[s] is its own there too
+    mistakes = _score_mistakes(*args)
+    key_rows = next(v for message, v in mistakes.items() if "key's row of w" in message)
+    for other in [index_scores_reference(*args), *mistakes.values()]:
+        assert other is key_rows or not np.allclose(other, key_rows, rtol=1e-4, atol=1e-4)
 
 
 def test_the_reference_is_the_lightning_indexers_formula_without_its_scales():
