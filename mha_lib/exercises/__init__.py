@@ -53,6 +53,8 @@ from .nb16 import *  # noqa: F403
 from .nb16 import __all__ as _nb16
 from .nb17 import *  # noqa: F403
 from .nb17 import __all__ as _nb17
+from .nb18 import *  # noqa: F403
+from .nb18 import __all__ as _nb18
 
 __all__ = [
     *_nb00,
@@ -70,4 +72,5 @@ __all__ = [
     *_nb15,
     *_nb16,
     *_nb17,
+    *_nb18,
 ]
