@@ -455,6 +455,21 @@ def numpy_habit(problem: str | None) -> str | None:
 TOLERANCE = {"float64": (1e-6, 1e-9), "float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2)}
 
 
+def within(value, expected, prec: str) -> bool:
+    """value equals expected, shape and numbers, to the precision `prec` of `TOLERANCE`;
+    infinities equal where both are the same infinity."""
+    rtol, atol = TOLERANCE[prec]
+    return value.shape == np.shape(expected) and bool(
+        np.allclose(value, expected, rtol=rtol, atol=atol)
+    )
+
+
+def first_note(notes: list):
+    """The first of the notes that is not None, as a `Note` (None when there is none)."""
+    notes = [n for n in notes if n]
+    return Note(notes[0]) if notes else None
+
+
 def precision(result) -> str:
     """The float precision an answer was computed in: "float16" (bfloat16 too), "float32" or
     "float64" (lists, Python numbers and integer arrays count as float64)."""

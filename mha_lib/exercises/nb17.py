@@ -31,17 +31,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._base import TOLERANCE, Note, as_array, checker, diagnose, precision, run, run_as
+from ._base import (
+    TOLERANCE,
+    as_array,
+    checker,
+    diagnose,
+    first_note,
+    precision,
+    run,
+    run_as,
+    within,
+)
 
 __all__ = ["check_cross_attention", "check_cross_cache_bytes", "check_dtw_totals"]
-
-
-def _allclose(value, expected, prec: str) -> bool:
-    """Equal to the precision `prec`; infinities equal where both are the same infinity."""
-    rtol, atol = TOLERANCE[prec]
-    return value.shape == np.shape(expected) and bool(
-        np.allclose(value, expected, rtol=rtol, atol=atol)
-    )
 
 
 def _mismatch(value, expected, what: str, prec: str) -> str:
@@ -55,7 +57,7 @@ def _mismatch(value, expected, what: str, prec: str) -> str:
             f"column, except D[0, 0] = 0, and nowhere else here); expected {what}"
         )
     value, expected = value[finite], expected[finite]
-    if prec == "float16" and _allclose(value, expected, "float16"):
+    if prec == "float16" and within(value, expected, "float16"):
         return (
             f"right to float16's precision (about 1e-3) only: the answer is float16; compute "
             f"{what} in float32 or float64"
@@ -66,11 +68,6 @@ def _mismatch(value, expected, what: str, prec: str) -> str:
             "the answer or what it is computed from"
         )
     return f"wrong values: expected {what}"
-
-
-def _verdict(notes: list) -> str | None:
-    notes = [n for n in notes if n]
-    return Note(notes[0]) if notes else None
 
 
 # ------------------------------------------------------------------------------- cross-attention
@@ -253,7 +250,7 @@ def _linear_layout(fn, args) -> str | None:
         return None
     value, problem = as_array(result, (len(X), W_V.shape[-1]))
     expected = cross_attention_reference(*args)
-    if problem or not _allclose(value, expected, precision(result)):
+    if problem or not within(value, expected, precision(result)):
         return None
     return (
         "it multiplies by the transposed weights (X @ W_Q.T), as a torch nn.Linear's (out, in) "
@@ -291,7 +288,7 @@ def _judge_cross(fn, args) -> tuple[str | None, str | None]:
     if problem:
         return problem, None
     prec = precision(result)
-    if prec != "float16" and _allclose(value, expected, prec):
+    if prec != "float16" and within(value, expected, prec):
         return None, note
     mistakes = _cross_mistakes(*args)
     named = diagnose(value, mistakes, tol=max(1e-6, TOLERANCE[prec][0]))
@@ -309,7 +306,7 @@ def check_cross_attention(fn):
         if problem:
             return problem
         notes.append(note)
-    return _verdict(notes)
+    return first_note(notes)
 
 
 # ------------------------------------------------------------------------------- DTW's totals
@@ -379,7 +376,7 @@ def _dtw_other_shape(value, cost, prec) -> str | None:
     t, f = cost.shape
     right = dtw_totals_reference(cost)
     if value.shape == (t, f):
-        if _allclose(value, right[1:, 1:], prec):
+        if within(value, right[1:, 1:], prec):
             return (
                 f"it returns the (T, F) = {(t, f)} table without its first row and column: "
                 f"the table is (T + 1, F + 1) = {(t + 1, f + 1)}, D[0, 0] = 0 and the rest of "
@@ -390,7 +387,7 @@ def _dtw_other_shape(value, cost, prec) -> str | None:
             f"(T + 1, F + 1) = {(t + 1, f + 1)}, whose first row and column start every path"
         )
     if value.shape == (f + 1, t + 1):
-        if _allclose(value, right.T, prec):
+        if within(value, right.T, prec):
             return (
                 f"the table is transposed ((F + 1, T + 1) = {(f + 1, t + 1)}): its rows are "
                 f"the tokens, (T + 1, F + 1) = {(t + 1, f + 1)}"
@@ -451,7 +448,7 @@ def check_dtw_totals(fn):
                 f"expected shape (T + 1, F + 1) = {(t + 1, f + 1)}; got {value.shape}"
             )
         right = dtw_totals_reference(cost)
-        if prec != "float16" and _allclose(value, right, prec):
+        if prec != "float16" and within(value, right, prec):
             notes.append(note)
             continue
         named = diagnose(value, _dtw_mistakes(cost), tol=max(1e-6, TOLERANCE[prec][0]))
@@ -459,7 +456,7 @@ def check_dtw_totals(fn):
         if named or prec == "float16":
             return named or _mismatch(value, right, what, prec)
         return _dtw_edges(value, right) or _mismatch(value, right, what, prec)
-    return _verdict(notes)
+    return first_note(notes)
 
 
 # ------------------------------------------------------------------------------- the cross cache

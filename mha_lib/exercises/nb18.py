@@ -36,32 +36,25 @@ from ._base import (
     GENERIC,
     TOLERANCE,
     Library,
-    Note,
     as_array,
     checker,
     diagnose,
+    first_note,
     precision,
     run,
     run_as,
     to_numpy,
+    within,
 )
 
 __all__ = ["check_causal_topk_mask", "check_index_scores", "check_indexer_cache_bytes"]
-
-
-def _allclose(value, expected, prec: str) -> bool:
-    """Equal to the precision `prec`; infinities equal where both are the same infinity."""
-    rtol, atol = TOLERANCE[prec]
-    return value.shape == np.shape(expected) and bool(
-        np.allclose(value, expected, rtol=rtol, atol=atol)
-    )
 
 
 def _mismatch(value, expected, what: str, prec: str) -> str:
     """The message for values that match no catalogued mistake."""
     if not np.all(np.isfinite(value)):
         return f"the result contains inf or NaN; expected {what} (no mask: every entry finite)"
-    if prec == "float16" and _allclose(value, expected, "float16"):
+    if prec == "float16" and within(value, expected, "float16"):
         return (
             f"right to float16's precision (about 1e-3) only: the answer is float16; compute "
             f"{what} in float32 or float64"
@@ -72,11 +65,6 @@ def _mismatch(value, expected, what: str, prec: str) -> str:
             "the answer or what it is computed from"
         )
     return f"wrong values: expected {what}"
-
-
-def _verdict(notes: list) -> str | None:
-    notes = [n for n in notes if n]
-    return Note(notes[0]) if notes else None
 
 
 def _shape(result) -> tuple | None:
@@ -240,7 +228,7 @@ def _judge_scores(fn, args) -> tuple[str | None, str | None]:
     if problem:
         return problem, None
     prec = precision(result)
-    if prec != "float16" and _allclose(value, expected, prec):
+    if prec != "float16" and within(value, expected, prec):
         return None, note
     named = diagnose(value, _score_mistakes(*args), tol=max(1e-6, TOLERANCE[prec][0]))
     what = "Σ_h w[t, h] · ReLU(q[t, h] · k[s])"
@@ -259,7 +247,7 @@ def check_index_scores(fn):
         if problem:
             return _named_elsewhere(fn, seed, problem) or problem
         notes.append(note)
-    return _verdict(notes)
+    return first_note(notes)
 
 
 def _named_elsewhere(fn, seed: int, problem: str) -> str | None:
@@ -441,7 +429,7 @@ def check_causal_topk_mask(fn):
         if problem:
             return problem
         notes.append(note)
-    return _verdict(notes)
+    return first_note(notes)
 
 
 # ------------------------------------------------------------------------------- the key cache
