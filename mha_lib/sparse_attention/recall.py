@@ -18,9 +18,9 @@ heads of D = 8, no RoPE) reading MLA's query latent c_Q, as DeepSeek-V3.2 has it
 The budget is k = `KEYS` = 4 keys per query. Each answer needs one key, the value right after
 the key's first showing (the previous-token embedding marks that position with the key), so 4
 keys leave room to find it; the answers sit at positions 16 .. 23 and the values at 1, 3 .. 15,
-so a window of 4 reaches a value only for the first three answers and only when the pair shown
-last is asked early: it cannot recall most values. Random keys find the value with probability
-4/(t + 1), under a quarter.
+so a window of 4 reaches a value only from the first three answers, and only the value of one
+of the last two pairs (positions 13 and 15): it holds the value for 1/16 of the answers.
+Random keys find the value with probability 4/(t + 1), under a quarter.
 
 Training, per seed, DeepSeek's stages scaled down (`STAGES`):
 1. dense: the model trains dense for 1200 steps, notebook 11's optimiser and schedule
@@ -40,7 +40,9 @@ Training, per seed, DeepSeek's stages scaled down (`STAGES`):
 Each seed records the held-out accuracy after every stage and continuation, and how often the
 chosen keys of an answer query hold the value it must recall (`value_chosen`): for the window,
 the random keys and the indexer's top-k, and for the indexer also before its warm-up (the
-untrained indexer, a null model) and right after it.
+untrained indexer, a null model) and right after it. The window's and the random keys' shares
+depend only on the held-out sequences and the evaluation's draws (seed `EVAL_DRAWS`), not on
+training, so they are the same in every seed: 1/16 and about 0.19.
 
 `python -m mha_lib.sparse_attention.recall` trains `SEEDS` (`run_sweep`, each seed on one
 thread) and writes `SWEEP_FILE` (`mha_lib/data/nb18_recall_sweep.json`) with its provenance,
