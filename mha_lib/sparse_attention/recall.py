@@ -89,6 +89,7 @@ __all__ = [
     "IndexedAttention",
     "attention_weights",
     "block_input",
+    "chosen_keys",
     "claim_counts",
     "evaluate_keys",
     "every_seed_claims",
@@ -299,6 +300,19 @@ def value_positions(tokens: Tensor) -> Tensor:
     keys, asked = tokens[:, 0 : 2 * P : 2], tokens[:, 2 * P :]  # (B, P) each
     pair = (asked[:, :, None] == keys[:, None, :]).float().argmax(-1)  # (B, P): which pair
     return 2 * pair + 1  # (B, P)
+
+
+@torch.no_grad()
+def chosen_keys(model: RecallModel, tokens: Tensor, keys: str = "top-k") -> Tensor:
+    """The keys each query of tokens (B, N) attends to under keys ("window", "top-k" or
+    "random", drawn from seed `EVAL_DRAWS`): indices (B, N, k), best first, -1 where a query
+    sees fewer than k keys; what notebook 18 draws for the trained indexer (`load_trained`)."""
+    mixer = _mixer(model)
+    if keys == "dense":
+        raise ValueError("keys = 'dense': every query attends to every earlier key")
+    mixer.generator.manual_seed(EVAL_DRAWS)
+    model.eval()
+    return causal_topk(mixer.key_scores(block_input(model, tokens), keys), mixer.k)[0]
 
 
 @torch.no_grad()

@@ -27,6 +27,7 @@ from mha_lib.sparse_attention.recall import (
     IndexedAttention,
     attention_weights,
     block_input,
+    chosen_keys,
     claim_counts,
     evaluate_keys,
     every_seed_claims,
@@ -165,6 +166,8 @@ def test_bad_input_is_refused_by_name():
         indexer_loss(model, tokens)
     with pytest.raises(ValueError, match="keys = 'dense'"):
         value_chosen(model, tokens, "dense")
+    with pytest.raises(ValueError, match="keys = 'dense'"):
+        chosen_keys(model, tokens, "dense")
     with pytest.raises(ValueError, match="keys = 'best'"):
         evaluate_keys(model, tokens, targets, "best")
     with pytest.raises(TypeError, match="IndexedAttention"):
@@ -213,6 +216,11 @@ def test_the_stored_model_is_seed_0s_top_k_model():
     assert MODEL_FILE.stat().st_size < 1_000_000
     assert all(t.dtype == torch.float32 for t in model.state_dict().values())
     tokens, targets = held_out_batch()
+    picks = chosen_keys(model, tokens[:100])  # (B, N, k)
+    assert picks.shape == (100, N, KEYS)
+    mask = model.blocks[0].attn.choose(block_input(model, tokens[:100]))  # (B, N, N)
+    assert (mask.sum(-1) == (picks >= 0).sum(-1)).all()
+    assert mask.gather(-1, picks.clamp(min=0)).all()  # the indices are the mask's keys
     run = next(r for r in load_sweep()["runs"] if r["seed"] == 0)["continued"]["top-k"]
     # stored and evaluated on the same machine: the same numbers to rounding
     assert evaluate_keys(model, tokens, targets, "top-k") == pytest.approx(
