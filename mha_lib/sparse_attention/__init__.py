@@ -26,7 +26,13 @@ A module per idea:
   sliding window), mixed by per-head sigmoid gates (`nsa_attention`), each branch a function
   (`compress`, `compressed_attention`, `select_blocks`, `selected_attention`,
   `window_attention`), equal to fla-core's pure-torch reference; `NativeSparseAttention`, the
-  layer with its projections and gates.
+  layer with its projections and gates;
+- `recall`: notebook 18's trained toy, notebook 11's recall task with one latent-attention layer
+  under a budget of k = 4 keys per query, chosen dense, by a window, at random or by a lightning
+  indexer (warmed up on the dense attention's weights, then trained on the chosen keys, as
+  DeepSeek trains it): `IndexedAttention`, the training stages, the cached sweep over seeds
+  (`mha_lib/data/nb18_recall_sweep.json`, `load_sweep`, `sweep_summary`, `every_seed_claims`)
+  and seed 0's trained model (`load_trained`).
 
 Edges: `efficient` the sparse layer is notebook 11's `MultiHeadLatentAttention` with its latent
 cache and its YaRN (`efficient.mla`).
