@@ -374,7 +374,7 @@ _ROADMAP = [
 def roadmap(figsize=(14.0, 3.5)) -> Figure:
     """The core path 01 -> 02 -> 03 -> 03b -> 04, what each notebook adds, and what follows.
 
-    numpy notebooks in blue, the torch one in orange; 05-17 in a dashed box at
+    numpy notebooks in blue, the torch one in orange; 05-18 in a dashed box at
     the end. Returns the Figure.
     """
     fig, ax = plt.subplots(figsize=figsize)
@@ -423,7 +423,7 @@ def roadmap(figsize=(14.0, 3.5)) -> Figure:
         )
     )
     _arrow(ax, (x - step + 0.15 + w / 2, 0.35 + h / 2), (x - 1.05, 0.35 + h / 2), colour=GREY)
-    ax.text(x, 0.35 + h - 0.2, "05–17", ha="center", va="center", fontsize=13, color="0.35")
+    ax.text(x, 0.35 + h - 0.2, "05–18", ha="center", va="center", fontsize=13, color="0.35")
     ax.text(x, 0.35 + 0.45, "real models", ha="center", va="center", fontsize=10.5, color="0.35")
     ax.text(
         x,

@@ -79,7 +79,7 @@ def test_roadmap_names_the_core_path_in_order():
     labels = texts(roadmap())
     numbers = [t for t in labels if t in {"01", "02", "03", "03b", "04"}]
     assert numbers == ["01", "02", "03", "03b", "04"]
-    assert "05–17" in labels and labels.count("torch") == 1
+    assert "05–18" in labels and labels.count("torch") == 1
     assert overlapping_texts(roadmap()) == []
 
 
