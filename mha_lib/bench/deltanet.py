@@ -28,7 +28,6 @@ layer gives them); medians of interleaved rounds in one run, reported as ratios:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
@@ -39,6 +38,7 @@ from ..linear_attention.update_rules import (
     gated_delta_rule,
     gated_delta_step,
 )
+from .cli import add_common_arguments, tables_or_threads, write_numbers
 from .timing import interleaved_medians
 from .torch_mha import synchronize
 
@@ -258,16 +258,10 @@ def main(argv=None) -> int:
     parser.add_argument("--decode-sizes", type=int, nargs="+", default=[1024, 4096, 16384])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, mps")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
-    parser.add_argument("--markdown", metavar="PATH", help="print the tables of a --json file")
+    add_common_arguments(parser)
     args = parser.parse_args(argv)
-    if args.markdown:
-        with open(args.markdown) as f:
-            print("\n".join(markdown(json.load(f))))
+    if tables_or_threads(args, markdown):
         return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     B, h, N, d = args.shape
     print(
@@ -283,9 +277,7 @@ def main(argv=None) -> int:
         "decode": bench_decode(S, args.decode_sizes, device, args.repeats),
     }
     report(numbers)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(numbers, f, indent=1)
+    write_numbers(args, numbers)
     return 0
 
 

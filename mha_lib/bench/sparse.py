@@ -46,7 +46,6 @@ numbers, `--markdown PATH` prints docs/benchmarks.md's tables from them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import torch
@@ -55,6 +54,7 @@ from torch import Tensor
 
 from ..nn.masks import bottom_right_causal_tensor
 from ..sparse_attention import IndexerCache, LightningIndexer, causal_topk
+from .cli import add_common_arguments, tables_or_threads, write_numbers
 from .timing import interleaved_medians
 from .torch_mha import synchronize
 
@@ -414,21 +414,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tiny", action="store_true", help="tiny sizes, in seconds (the test's)")
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, mps")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
-    parser.add_argument("--markdown", metavar="PATH", help="print the tables of a --json file")
+    add_common_arguments(parser)
     args = parser.parse_args(argv)
-    if args.markdown:
-        with open(args.markdown) as f:
-            print("\n".join(markdown(json.load(f))))
+    if tables_or_threads(args, markdown):
         return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
     numbers = run(args)
     report(numbers)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(numbers, f, indent=1)
+    write_numbers(args, numbers)
     return 0
 
 

@@ -38,7 +38,6 @@ test's mode; its times say nothing about Whisper base).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -47,6 +46,7 @@ from pathlib import Path
 
 import torch
 
+from .cli import add_common_arguments, tables_or_threads, write_numbers
 from .timing import interleaved_medians
 
 UTTERANCE = "seconds"
@@ -281,27 +281,17 @@ def report(r: dict, repeats: int) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mha_lib.bench whisper", description=__doc__)
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--tiny", action="store_true", help="a tiny random Whisper (the test's)")
-    parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
-    parser.add_argument("--markdown", metavar="PATH", help="print the table of a --json file")
+    add_common_arguments(parser)
     args = parser.parse_args(argv)
-    if args.markdown:
-        with open(args.markdown) as f:
-            print("\n".join(markdown(json.load(f))))
+    if tables_or_threads(args, markdown):
         return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
     try:
         r = run(args.repeats, args.tiny)
     except SystemExit as stop:
         return int(stop.code)
     report(r, args.repeats)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {"torch": torch.__version__, "threads": torch.get_num_threads(), **r}, f, indent=1
-            )
+    write_numbers(args, {"torch": torch.__version__, "threads": torch.get_num_threads(), **r})
     return 0
 
 
