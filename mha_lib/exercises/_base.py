@@ -455,6 +455,23 @@ def numpy_habit(problem: str | None) -> str | None:
 TOLERANCE = {"float64": (1e-6, 1e-9), "float32": (1e-5, 1e-5), "float16": (1e-2, 1e-2)}
 
 
+def as_byte_count(result, several: str) -> tuple[float | None, str | None]:
+    """A learner's count of bytes as a float (int, float, numpy number, 0-d array or tensor),
+    or (None, why not); several: what to say to an answer that returns several numbers."""
+    if isinstance(result, (bool, np.bool_)):
+        return None, f"expected a number of bytes; got a bool ({result})"
+    if isinstance(result, (tuple, list, dict)):
+        return None, f"it returns several numbers (a {type(result).__name__}): {several}"
+    if isinstance(result, str):
+        return None, f"expected a number of bytes; got a str ({result!r}): return the number"
+    value, problem = as_array(result, None, "a number")
+    if problem:
+        return None, problem
+    if value.shape != ():
+        return None, f"expected one number of bytes; got an array of shape {value.shape}"
+    return float(value), None
+
+
 def within(value, expected, prec: str) -> bool:
     """value equals expected, shape and numbers, to the precision `prec` of `TOLERANCE`;
     infinities equal where both are the same infinity."""

@@ -34,6 +34,7 @@ import numpy as np
 from ._base import (
     TOLERANCE,
     as_array,
+    as_byte_count,
     checker,
     diagnose,
     first_note,
@@ -498,23 +499,9 @@ def _cache_mistakes(L_dec, L_enc, C, S, B, nbytes) -> dict[str, float]:
 
 
 def _as_number(result) -> tuple[float | None, str | None]:
-    """A learner's count as a float (int, float, numpy number, 0-d array or tensor), or why
-    not."""
-    if isinstance(result, (bool, np.bool_)):
-        return None, f"expected a number of bytes; got a bool ({result})"
-    if isinstance(result, (tuple, list, dict)):
-        return None, (
-            f"it returns several numbers (a {type(result).__name__}): add them up into one "
-            "number of bytes, the keys' and the values' together"
-        )
-    if isinstance(result, str):
-        return None, f"expected a number of bytes; got a str ({result!r}): return the number"
-    value, problem = as_array(result, None, "a number")
-    if problem:
-        return None, problem
-    if value.shape != ():
-        return None, f"expected one number of bytes; got an array of shape {value.shape}"
-    return float(value), None
+    return as_byte_count(
+        result, "add them up into one number of bytes, the keys' and the values' together"
+    )
 
 
 @checker("cross_cache_bytes")
