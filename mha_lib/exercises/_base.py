@@ -472,6 +472,36 @@ def as_byte_count(result, several: str) -> tuple[float | None, str | None]:
     return float(value), None
 
 
+def judge_byte_counts(fn, cases, reference, mistakes, names: str, formula: str, several: str):
+    """The verdict on fn, a learner's count of bytes, over cases (tuples of arguments): None when
+    fn(*case) == reference(*case) for every case, else what is wrong: fn's error, an answer
+    that is not one number (several: what to say when it returns several), the same number for
+    every case, the first catalogued mistake whose formula fits every case (mistakes(*case) ->
+    {message: the number that mistake gives}), or the first case it gets wrong, written as
+    "for (names) = case: expected formula = the number, got its number"."""
+    values = []
+    for case in cases:
+        result, problem = run(fn, *case)
+        if problem:
+            return problem
+        value, problem = as_byte_count(result, several)
+        if problem:
+            return problem
+        values.append(value)
+    expected = [reference(*case) for case in cases]
+    if values == expected:
+        return None
+    if all(v == values[0] for v in values):
+        return "it returns the same number for every case: use the arguments"
+    catalogue = [mistakes(*case) for case in cases]
+    for message in catalogue[0]:  # a mistake is named when its formula fits every case
+        if all(np.isclose(v, m[message], rtol=1e-9, atol=0) for v, m in zip(values, catalogue)):
+            return message
+    i = next(i for i, (v, e) in enumerate(zip(values, expected)) if v != e)
+    shown = int(values[i]) if float(values[i]).is_integer() else values[i]
+    return f"for ({names}) = {cases[i]}: expected {formula} = {expected[i]}, got {shown}"
+
+
 def within(value, expected, prec: str) -> bool:
     """value equals expected, shape and numbers, to the precision `prec` of `TOLERANCE`;
     infinities equal where both are the same infinity."""

@@ -34,12 +34,11 @@ import numpy as np
 from ._base import (
     TOLERANCE,
     as_array,
-    as_byte_count,
     checker,
     diagnose,
     first_note,
+    judge_byte_counts,
     precision,
-    run,
     run_as,
     within,
 )
@@ -498,38 +497,16 @@ def _cache_mistakes(L_dec, L_enc, C, S, B, nbytes) -> dict[str, float]:
     }
 
 
-def _as_number(result) -> tuple[float | None, str | None]:
-    return as_byte_count(
-        result, "add them up into one number of bytes, the keys' and the values' together"
-    )
-
-
 @checker("cross_cache_bytes")
 def check_cross_cache_bytes(fn):
     """Check fn(decoder_layers, encoder_layers, C, S, B, bytes_per_number) -> a number of bytes
     (an int, a float, a numpy number or a 0-d tensor)."""
-    values = []
-    for case in CACHE_CASES:
-        result, problem = run(fn, *case)
-        if problem:
-            return problem
-        value, problem = _as_number(result)
-        if problem:
-            return problem
-        values.append(value)
-    expected = [cross_cache_bytes_reference(*case) for case in CACHE_CASES]
-    if values == expected:
-        return None
-    if all(v == values[0] for v in values):
-        return "it returns the same number for every case: use the arguments"
-    mistakes = [_cache_mistakes(*case) for case in CACHE_CASES]
-    for message in mistakes[0]:  # a mistake is named when its formula fits every case
-        if all(np.isclose(v, m[message], rtol=1e-9, atol=0) for v, m in zip(values, mistakes)):
-            return message
-    i = next(i for i, (v, e) in enumerate(zip(values, expected)) if v != e)
-    shown = int(values[i]) if float(values[i]).is_integer() else values[i]
-    return (
-        f"for (decoder_layers, encoder_layers, C, S, B, bytes_per_number) = {CACHE_CASES[i]}: "
-        f"expected 2 · decoder_layers · B · S · C · bytes_per_number = {expected[i]}, "
-        f"got {shown}"
+    return judge_byte_counts(
+        fn,
+        CACHE_CASES,
+        cross_cache_bytes_reference,
+        _cache_mistakes,
+        "decoder_layers, encoder_layers, C, S, B, bytes_per_number",
+        "2 · decoder_layers · B · S · C · bytes_per_number",
+        "add them up into one number of bytes, the keys' and the values' together",
     )

@@ -37,12 +37,11 @@ from ._base import (
     TOLERANCE,
     Library,
     as_array,
-    as_byte_count,
     checker,
     diagnose,
     first_note,
+    judge_byte_counts,
     precision,
-    run,
     run_as,
     to_numpy,
     within,
@@ -478,36 +477,16 @@ def _cache_mistakes(L, B, T, H, D, nbytes) -> dict[str, float]:
     }
 
 
-def _as_number(result) -> tuple[float | None, str | None]:
-    return as_byte_count(result, "return one number, the bytes of the whole cache")
-
-
 @checker("indexer_cache_bytes")
 def check_indexer_cache_bytes(fn):
     """Check fn(layers, batch, tokens, index_n_heads, index_head_dim, bytes_per_number) -> a
     number of bytes (an int, a float, a numpy number or a 0-d tensor)."""
-    values = []
-    for case in CACHE_CASES:
-        result, problem = run(fn, *case)
-        if problem:
-            return problem
-        value, problem = _as_number(result)
-        if problem:
-            return problem
-        values.append(value)
-    expected = [indexer_cache_bytes_reference(*case) for case in CACHE_CASES]
-    if values == expected:
-        return None
-    if all(v == values[0] for v in values):
-        return "it returns the same number for every case: use the arguments"
-    mistakes = [_cache_mistakes(*case) for case in CACHE_CASES]
-    for message in mistakes[0]:  # a mistake is named when its formula fits every case
-        if all(np.isclose(v, m[message], rtol=1e-9, atol=0) for v, m in zip(values, mistakes)):
-            return message
-    i = next(i for i, (v, e) in enumerate(zip(values, expected)) if v != e)
-    shown = int(values[i]) if float(values[i]).is_integer() else values[i]
-    return (
-        "for (layers, batch, tokens, index_n_heads, index_head_dim, bytes_per_number) = "
-        f"{CACHE_CASES[i]}: expected layers · batch · tokens · index_head_dim · "
-        f"bytes_per_number = {expected[i]}, got {shown}"
+    return judge_byte_counts(
+        fn,
+        CACHE_CASES,
+        indexer_cache_bytes_reference,
+        _cache_mistakes,
+        "layers, batch, tokens, index_n_heads, index_head_dim, bytes_per_number",
+        "layers · batch · tokens · index_head_dim · bytes_per_number",
+        "return one number, the bytes of the whole cache",
     )
