@@ -502,6 +502,36 @@ def judge_byte_counts(fn, cases, reference, mistakes, names: str, formula: str, 
     return f"for ({names}) = {cases[i]}: expected {formula} = {expected[i]}, got {shown}"
 
 
+def judge_array(result, shape, expected, others, mistakes, what, mismatch, note=None):
+    """The verdict (problem or None, note or None) on an array answer `result` that should be
+    `expected`, of shape `shape`. An answer of a wrong shape that `others` lists ({shape: (its
+    catalogued mistakes, the message when none fits)}) is named by the first mistake it equals,
+    or by that message; then the shape and the container are checked (`as_array`); an answer
+    equal to expected at its own precision passes with `note`; else it is named by the first of
+    mistakes() ({message: wrong answer}, computed only then) it equals, or by
+    mismatch(value, expected, what, precision)."""
+    got = getattr(result, "shape", None)
+    try:
+        got = None if got is None else tuple(got)
+    except TypeError:  # an object whose shape is not a tuple of sizes
+        got = None
+    if got in others and got != shape:
+        value, problem = as_array(result, got)
+        if problem:
+            return problem, None
+        wrong, otherwise = others[got]
+        tol = max(1e-6, TOLERANCE[precision(result)][0])
+        return diagnose(value, wrong, tol=tol) or otherwise, None
+    value, problem = as_array(result, shape, "an array")
+    if problem:
+        return problem, None
+    prec = precision(result)
+    if prec != "float16" and within(value, expected, prec):
+        return None, note
+    named = diagnose(value, mistakes(), tol=max(1e-6, TOLERANCE[prec][0]))
+    return named or mismatch(value, expected, what, prec), None
+
+
 def within(value, expected, prec: str) -> bool:
     """value equals expected, shape and numbers, to the precision `prec` of `TOLERANCE`;
     infinities equal where both are the same infinity."""

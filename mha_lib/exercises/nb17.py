@@ -37,6 +37,7 @@ from ._base import (
     checker,
     diagnose,
     first_note,
+    judge_array,
     judge_byte_counts,
     precision,
     run_as,
@@ -274,26 +275,16 @@ def _judge_cross(fn, args) -> tuple[str | None, str | None]:
                 "it returns a pair (output, weights), as mha_lib.scaled_dot_product_attention "
                 "does: return the output (T, d_v) alone (its [0])"
             ), None
-    got = getattr(result, "shape", None)
-    got = tuple(got) if got is not None else None
-    others = _cross_other_shapes(*args)
-    if got in others:
-        value, problem = as_array(result, got)
-        if problem:
-            return problem, None
-        mistakes, otherwise = others[got]
-        tol = max(1e-6, TOLERANCE[precision(result)][0])
-        return diagnose(value, mistakes, tol=tol) or otherwise, None
-    value, problem = as_array(result, shape, "an array")
-    if problem:
-        return problem, None
-    prec = precision(result)
-    if prec != "float16" and within(value, expected, prec):
-        return None, note
-    mistakes = _cross_mistakes(*args)
-    named = diagnose(value, mistakes, tol=max(1e-6, TOLERANCE[prec][0]))
-    what = "softmax(X W_Q (E W_K)ᵀ / √d_k) E W_V"
-    return named or _mismatch(value, expected, what, prec), None
+    return judge_array(
+        result,
+        shape,
+        expected,
+        _cross_other_shapes(*args),
+        lambda: _cross_mistakes(*args),
+        "softmax(X W_Q (E W_K)ᵀ / √d_k) E W_V",
+        _mismatch,
+        note,
+    )
 
 
 @checker("cross_attention")

@@ -34,14 +34,12 @@ import numpy as np
 
 from ._base import (
     GENERIC,
-    TOLERANCE,
     Library,
-    as_array,
     checker,
     diagnose,
     first_note,
+    judge_array,
     judge_byte_counts,
-    precision,
     run_as,
     to_numpy,
     within,
@@ -215,24 +213,16 @@ def _judge_scores(fn, args) -> tuple[str | None, str | None]:
     q, k, _ = args
     shape = (len(q), len(k))  # (n, m)
     expected = index_scores_reference(*args)
-    got = _shape(result)
-    others = _score_other_shapes(*args)
-    if got in others and got != shape:
-        value, problem = as_array(result, got)
-        if problem:
-            return problem, None
-        mistakes, otherwise = others[got]
-        tol = max(1e-6, TOLERANCE[precision(result)][0])
-        return diagnose(value, mistakes, tol=tol) or otherwise, None
-    value, problem = as_array(result, shape, "an array")
-    if problem:
-        return problem, None
-    prec = precision(result)
-    if prec != "float16" and within(value, expected, prec):
-        return None, note
-    named = diagnose(value, _score_mistakes(*args), tol=max(1e-6, TOLERANCE[prec][0]))
-    what = "Σ_h w[t, h] · ReLU(q[t, h] · k[s])"
-    return named or _mismatch(value, expected, what, prec), None
+    return judge_array(
+        result,
+        shape,
+        expected,
+        _score_other_shapes(*args),
+        lambda: _score_mistakes(*args),
+        "Σ_h w[t, h] · ReLU(q[t, h] · k[s])",
+        _mismatch,
+        note,
+    )
 
 
 @checker("index_scores")
